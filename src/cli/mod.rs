@@ -1,0 +1,117 @@
+//! The `mcm` command line: argument parsing and the small commands that need no controllers.
+//!
+//! `main.rs` only calls [`run`]. Each subcommand exists once it works.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::api;
+
+/// Version information compiled into the binary.
+pub mod version {
+    /// The crate version.
+    pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+    /// The git commit the binary was built from (`unknown` outside a git checkout, `-dirty` with local changes).
+    pub const GIT_COMMIT: &str = env!("MCM_GIT_COMMIT");
+}
+
+/// Gardener's Machine Controller Manager semantics as a Cluster API infrastructure provider.
+#[derive(Debug, Parser)]
+#[command(name = "mcm", version = version::VERSION, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print every CRD this project ships as YAML (ours and CAPI core's).
+    Crds(CrdsArgs),
+    /// Print the version, git commit and supported Cluster API contract.
+    Version,
+}
+
+#[derive(Debug, clap::Args)]
+struct CrdsArgs {
+    /// Write one file per CRD into this directory (created if missing) instead of printing to stdout.
+    #[arg(long, value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+}
+
+/// Errors of the command line, each a sentence for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The CRDs could not be produced.
+    #[error(transparent)]
+    Crds(#[from] api::crds::CrdError),
+    /// Writing output failed.
+    #[error("could not write {what}: {source}")]
+    Write {
+        /// What was being written.
+        what: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// Parses the arguments and runs the command; returns the process exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match execute(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mcm: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn execute(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Crds(args) => crds(args),
+        Command::Version => {
+            let mut out = std::io::stdout().lock();
+            write_out(&mut out, &version_text())
+        }
+    }
+}
+
+/// The text `mcm version` prints.
+pub fn version_text() -> String {
+    format!(
+        "mcm {}\ngit commit: {}\ncluster api contract: {} (infrastructure.cluster.x-k8s.io/{})\n",
+        version::VERSION,
+        version::GIT_COMMIT,
+        api::infra::CONTRACT,
+        api::infra::VERSION,
+    )
+}
+
+fn crds(args: CrdsArgs) -> Result<(), CliError> {
+    let files = api::crds::files()?;
+    match args.output_dir {
+        None => {
+            let mut out = std::io::stdout().lock();
+            for file in files {
+                write_out(&mut out, &file.yaml)?;
+            }
+            Ok(())
+        }
+        Some(dir) => {
+            let io_err = |what: String| move |source| CliError::Write { what, source };
+            std::fs::create_dir_all(&dir).map_err(io_err(dir.display().to_string()))?;
+            for file in files {
+                let path = dir.join(&file.file_name);
+                std::fs::write(&path, &file.yaml).map_err(io_err(path.display().to_string()))?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn write_out(out: &mut impl Write, text: &str) -> Result<(), CliError> {
+    out.write_all(text.as_bytes()).map_err(|source| CliError::Write { what: "standard output".into(), source })
+}

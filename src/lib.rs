@@ -1,0 +1,7 @@
+//! cluster-api-provider-mcm: Gardener's Machine Controller Manager as a Cluster API infrastructure provider.
+//!
+//! Layers (see `ARCHITECTURE.md`): [`cli`] parses the command line; [`api`] holds the types of every API
+//! group we touch and the CRDs generated from them.
+
+pub mod api;
+pub mod cli;

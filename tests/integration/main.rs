@@ -1,0 +1,6 @@
+//! The one integration-test binary (every extra binary relinks every dependency): one module per area.
+
+// Test helpers outside `#[test]` functions may panic: a panic is a test failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cli;
