@@ -1,7 +1,8 @@
 //! cluster-api-provider-mcm: Gardener's Machine Controller Manager as a Cluster API infrastructure provider.
 //!
 //! Layers (see `ARCHITECTURE.md`): [`cli`] parses the command line; [`api`] holds the types of every API
-//! group we touch and the CRDs generated from them.
+//! group we touch and the CRDs generated from them; [`apiserver`] is the embedded Kubernetes-compatible API server.
 
 pub mod api;
+pub mod apiserver;
 pub mod cli;

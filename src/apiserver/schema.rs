@@ -1,0 +1,1 @@
+//! Structural schemas of CustomResourceDefinitions: validation, pruning and defaulting.

@@ -1,0 +1,1 @@
+//! Label and field selectors, parsed and matched as kube-apiserver does.
