@@ -1,6 +1,24 @@
 //! The embedded Kubernetes-compatible API server: the engine under `mcm dev`, every integration test and every
 //! benchmark. It knows nothing of machines: it serves built-in kinds and whatever CRDs are applied to it.
+//!
+//! Start one with [`ApiServer::start`]; it hands back its URL, a kubeconfig and a `kube::Client`. Many can run in
+//! one process. What it does not do (compared with kube-apiserver) is listed in `docs/apiserver.md`.
 
+mod admission;
+mod convert;
+mod discovery;
+pub mod error;
+mod handlers;
+pub mod object;
+mod request;
+pub mod resources;
 pub mod schema;
 pub mod selectors;
+mod server;
+pub mod store;
 pub mod strategic_merge;
+mod subresources;
+mod tls;
+mod watch;
+
+pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError};

@@ -3,4 +3,6 @@
 // Test helpers outside `#[test]` functions may panic: a panic is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod apiserver;
 mod cli;
+mod support;

@@ -1,0 +1,469 @@
+//! What kube-apiserver does to an object between the request and storage: metadata rules, status and spec
+//! separation, generation, CRD registration and status, schema defaulting, pruning and validation.
+//!
+//! Pure functions over JSON; the caller holds the store lock and commits the result.
+
+use serde_json::{Value, json};
+
+use super::convert;
+use super::error::{ApiError, Cause, Subject};
+use super::object::{self, finalizers, is_deleting, meta_str, set_meta};
+use super::resources::{self, ResourceType, Special};
+use super::selectors;
+use super::store::{CRD_CLEANUP, Store};
+
+/// Metadata fields only the server writes.
+const SERVER_OWNED: &[&str] = &[
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+    "managedFields",
+];
+
+fn subject<'a>(rt: &'a ResourceType, name: &'a str) -> Subject<'a> {
+    Subject { group: &rt.gr.group, resource: &rt.gr.resource, name }
+}
+
+fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid(subject(rt, name), &rt.kind, causes)
+}
+
+fn cause(reason: &str, field: &str, message: String) -> Cause {
+    Cause { reason: reason.to_string(), field: field.to_string(), message }
+}
+
+/// Checks the body's apiVersion and kind against the request and converts it to the stored form.
+fn accept_body(rt: &ResourceType, version: &str, body: Value) -> Result<Value, ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::bad_request("the request body must be a JSON or YAML object"));
+    }
+    let expected = rt.api_version(version);
+    if let Some(api_version) = body.get("apiVersion").and_then(Value::as_str)
+        && api_version != expected
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({expected})"
+        )));
+    }
+    if let Some(kind) = body.get("kind").and_then(Value::as_str)
+        && kind != rt.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            rt.kind
+        )));
+    }
+    Ok(convert::to_storage(rt, body))
+}
+
+fn check_labels_and_annotations(rt: &ResourceType, name: &str, obj: &Value) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    for (field, is_label) in [("labels", true), ("annotations", false)] {
+        let Some(map) = obj.pointer(&format!("/metadata/{field}")) else { continue };
+        let Some(map) = map.as_object() else {
+            causes.push(cause(
+                "FieldValueInvalid",
+                &format!("metadata.{field}"),
+                format!("metadata.{field}: Invalid value: must be a map of strings"),
+            ));
+            continue;
+        };
+        for (key, value) in map {
+            let path = format!("metadata.{field}");
+            if let Err(why) = selectors::validate_label_key(key) {
+                causes.push(cause("FieldValueInvalid", &path, format!("{path}: Invalid value: {why}")));
+            }
+            match value.as_str() {
+                None => causes.push(cause(
+                    "FieldValueInvalid",
+                    &path,
+                    format!("{path}[{key}]: Invalid value: must be a string"),
+                )),
+                Some(v) if is_label => {
+                    if let Err(why) = selectors::validate_label_value(key, v) {
+                        causes.push(cause("FieldValueInvalid", &path, format!("{path}: Invalid value: {why}")));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    if causes.is_empty() { Ok(()) } else { Err(invalid(rt, name, causes)) }
+}
+
+/// Applies the CRD schema of `version`: defaults, pruning, then validation.
+fn apply_schema(rt: &ResourceType, version: &str, name: &str, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = rt.version(version).and_then(|v| v.schema.clone()) else { return Ok(()) };
+    schema.apply_defaults(obj);
+    schema.prune(obj);
+    let errors = schema.validate(obj);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let causes = errors.iter().map(|e| cause(e.error_type.reason(), &e.field, e.to_string())).collect();
+    Err(invalid(rt, name, causes))
+}
+
+/// Everything a CRD's status says once it is served.
+fn crd_status(crd: &Value, previous: Option<&Value>) -> Value {
+    let names = &crd["spec"]["names"];
+    let kind = names["kind"].as_str().unwrap_or_default();
+    let mut accepted = names.clone();
+    if accepted.get("listKind").is_none() {
+        accepted["listKind"] = json!(format!("{kind}List"));
+    }
+    if accepted.get("singular").is_none() {
+        accepted["singular"] = json!(kind.to_lowercase());
+    }
+    let now = object::now();
+    let since = |t: &str| {
+        previous
+            .and_then(|p| p["status"]["conditions"].as_array())
+            .and_then(|c| c.iter().find(|c| c["type"] == t))
+            .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
+            .unwrap_or_else(|| now.clone())
+    };
+    let mut stored: Vec<String> = previous
+        .and_then(|p| p["status"]["storedVersions"].as_array())
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    for v in crd["spec"]["versions"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        if v["storage"] == true
+            && let Some(name) = v["name"].as_str()
+            && !stored.iter().any(|s| s == name)
+        {
+            stored.push(name.to_string());
+        }
+    }
+    json!({
+        "acceptedNames": accepted,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": since("NamesAccepted")},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": since("Established")}
+        ]
+    })
+}
+
+/// Validates a CRD and makes its resources served; returns the CRD with its status.
+fn admit_crd(store: &mut Store, name: &str, mut crd: Value, previous: Option<&Value>) -> Result<Value, ApiError> {
+    let crd_type =
+        store.registry.get(&resources::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"));
+    let problems_to_error = |problems: Vec<resources::CrdProblem>| {
+        let causes = problems
+            .into_iter()
+            .map(|p| cause("FieldValueInvalid", &p.field, format!("{}: {}", p.field, p.detail)))
+            .collect();
+        match &crd_type {
+            Some(t) => invalid(t, name, causes),
+            None => ApiError::internal("the CustomResourceDefinition type is not registered"),
+        }
+    };
+    let served = resources::from_crd(&crd).map_err(problems_to_error)?;
+    if let Some(prev) = previous {
+        let mut problems = Vec::new();
+        if prev["spec"]["group"] != crd["spec"]["group"] {
+            problems.push(resources::CrdProblem {
+                field: "spec.group".into(),
+                detail: "Invalid value: field is immutable".into(),
+            });
+        }
+        if prev["spec"]["scope"] != crd["spec"]["scope"] {
+            problems.push(resources::CrdProblem {
+                field: "spec.scope".into(),
+                detail: "Invalid value: field is immutable".into(),
+            });
+        }
+        if !problems.is_empty() {
+            return Err(problems_to_error(problems));
+        }
+    }
+    if let Some(existing) = store.registry.get(&served.gr)
+        && !existing.custom
+    {
+        return Err(problems_to_error(vec![resources::CrdProblem {
+            field: "spec.names.plural".into(),
+            detail: format!("Invalid value: {} is a built-in resource", served.gr),
+        }]));
+    }
+    crd["status"] = crd_status(&crd, previous);
+    store.registry.insert(served);
+    Ok(crd)
+}
+
+/// Prepares a create: checks the body, fills server-owned metadata, applies kind-specific rules and the schema.
+pub fn prepare_create(
+    store: &mut Store,
+    rt: &ResourceType,
+    version: &str,
+    url_namespace: Option<&str>,
+    body: Value,
+    dry_run: bool,
+) -> Result<Value, ApiError> {
+    let mut obj = accept_body(rt, version, body)?;
+    let meta = object::metadata_mut(&mut obj);
+    for field in SERVER_OWNED {
+        meta.remove(*field);
+    }
+    // The name: given, or generated from generateName (unique among existing objects).
+    let body_ns = meta.get("namespace").and_then(Value::as_str).map(str::to_string);
+    let generate = meta.get("generateName").and_then(Value::as_str).map(str::to_string);
+    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+    let namespace = if rt.namespaced {
+        let ns = url_namespace.map(str::to_string).or(body_ns.clone()).unwrap_or_default();
+        if let (Some(url), Some(body)) = (url_namespace, &body_ns)
+            && url != body
+        {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        if ns.is_empty() {
+            return Err(ApiError::bad_request("an empty namespace may not be set during creation"));
+        }
+        ns
+    } else {
+        String::new()
+    };
+    if name.is_empty()
+        && let Some(prefix) = &generate
+    {
+        name = loop {
+            let candidate = format!("{prefix}{}", object::random_suffix());
+            if store.get(&rt.storage_gr(), &(namespace.clone(), candidate.clone())).is_none() {
+                break candidate;
+            }
+        };
+    }
+    let dns_label = rt.special == Special::Namespace;
+    if let Err(why) = object::validate_name(&name, dns_label) {
+        let field = if generate.is_some() { "metadata.generateName" } else { "metadata.name" };
+        let message = if name.is_empty() {
+            format!("{field}: Required value: name or generateName is required")
+        } else {
+            format!("{field}: Invalid value: \"{name}\": {why}")
+        };
+        let reason = if name.is_empty() { "FieldValueRequired" } else { "FieldValueInvalid" };
+        return Err(invalid(rt, &name, vec![cause(reason, field, message)]));
+    }
+    let meta = object::metadata_mut(&mut obj);
+    meta.insert("name".into(), json!(name));
+    if rt.namespaced {
+        meta.insert("namespace".into(), json!(namespace));
+    } else {
+        meta.remove("namespace");
+    }
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(object::now()));
+    meta.insert("generation".into(), json!(1));
+    check_labels_and_annotations(rt, &name, &obj)?;
+
+    if rt.namespaced {
+        let ns_obj = store.get(&resources::GroupResource::new("", "namespaces"), &(String::new(), namespace.clone()));
+        match ns_obj {
+            None => {
+                return Err(ApiError::not_found(Subject { group: "", resource: "namespaces", name: &namespace }));
+            }
+            Some(ns) if is_deleting(&ns) => {
+                return Err(ApiError::forbidden(
+                    subject(rt, &name),
+                    format!("unable to create new content in namespace {namespace} because it is being terminated"),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+
+    let storage_version = rt.storage_version.clone();
+    if rt.custom
+        && rt.version(version).is_some_and(|v| v.status)
+        && let Some(map) = obj.as_object_mut()
+    {
+        map.remove("status");
+    }
+    match rt.special {
+        Special::Namespace => {
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"]["finalizers"] = json!(["kubernetes"]);
+            }
+            obj["status"] = json!({"phase": "Active"});
+        }
+        Special::Pod if obj.pointer("/status/phase").is_none() => {
+            obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+        }
+        Special::Crd => {
+            let mut fins = finalizers(&obj);
+            if !fins.iter().any(|f| f == CRD_CLEANUP) {
+                fins.push(CRD_CLEANUP.into());
+                object::set_finalizers(&mut obj, &fins);
+            }
+            obj = if dry_run {
+                resources::from_crd(&obj).map_err(|p| {
+                    let causes = p
+                        .into_iter()
+                        .map(|p| cause("FieldValueInvalid", &p.field, format!("{}: {}", p.field, p.detail)))
+                        .collect();
+                    invalid(rt, &name, causes)
+                })?;
+                obj
+            } else if store.get(&rt.gr, &(String::new(), name.clone())).is_some() {
+                // Leave the existing CRD's served type alone; the caller reports AlreadyExists.
+                obj
+            } else {
+                admit_crd(store, &name, obj, None)?
+            };
+        }
+        _ => {}
+    }
+    if rt.custom {
+        apply_schema(rt, version, &name, &mut obj)?;
+        obj["apiVersion"] = json!(rt.api_version(&storage_version));
+    }
+    Ok(obj)
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    /// The main resource: everything but status (when the type has a status subresource).
+    Main,
+    /// The status subresource: status only.
+    Status,
+}
+
+fn without(obj: &Value, keys: &[&str]) -> Value {
+    let mut v = obj.clone();
+    if let Some(map) = v.as_object_mut() {
+        for k in keys {
+            map.remove(*k);
+        }
+    }
+    v
+}
+
+/// Prepares an update of `current` from `body` (PUT, or the result of a patch).
+pub fn prepare_update(
+    store: &mut Store,
+    rt: &ResourceType,
+    version: &str,
+    current: &Value,
+    body: Value,
+    part: Part,
+    require_rv: bool,
+) -> Result<Value, ApiError> {
+    let name = object::name(current).to_string();
+    let body = accept_body(rt, version, body)?;
+    if let Some(body_name) = meta_str(&body, "name")
+        && body_name != name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if rt.namespaced
+        && let Some(ns) = meta_str(&body, "namespace")
+        && ns != object::namespace(current)
+    {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    match meta_str(&body, "resourceVersion") {
+        Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => {
+            return Err(ApiError::stale(subject(rt, &name)));
+        }
+        None if require_rv && rt.custom => {
+            return Err(invalid(
+                rt,
+                &name,
+                vec![cause(
+                    "FieldValueInvalid",
+                    "metadata.resourceVersion",
+                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update".into(),
+                )],
+            ));
+        }
+        _ => {}
+    }
+    let has_status = rt.version(version).is_some_and(|v| v.status);
+    let mut obj = match part {
+        Part::Status => {
+            let mut obj = current.clone();
+            match body.get("status") {
+                Some(status) => obj["status"] = status.clone(),
+                None => {
+                    if let Some(map) = obj.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+            obj
+        }
+        Part::Main => {
+            let mut obj = body;
+            let current_meta = current.get("metadata").cloned().unwrap_or_else(|| json!({}));
+            let meta = object::metadata_mut(&mut obj);
+            meta.remove("managedFields");
+            meta.remove("selfLink");
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+                "namespace",
+                "name",
+            ] {
+                match current_meta.get(field) {
+                    Some(v) => meta.insert(field.to_string(), v.clone()),
+                    None => meta.remove(field),
+                };
+            }
+            if has_status {
+                match current.get("status") {
+                    Some(status) => obj["status"] = status.clone(),
+                    None => {
+                        if let Some(map) = obj.as_object_mut() {
+                            map.remove("status");
+                        }
+                    }
+                }
+            }
+            if is_deleting(current) {
+                let before = finalizers(current);
+                if finalizers(&obj).iter().any(|f| !before.contains(f)) {
+                    return Err(invalid(
+                        rt,
+                        &name,
+                        vec![cause(
+                            "FieldValueForbidden",
+                            "metadata.finalizers",
+                            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                        )],
+                    ));
+                }
+            }
+            check_labels_and_annotations(rt, &name, &obj)?;
+            obj
+        }
+    };
+    set_meta(&mut obj, "resourceVersion", current["metadata"]["resourceVersion"].clone());
+    // Generation counts changes of everything but metadata (and status, when it has its own endpoint).
+    let ignored: &[&str] = if has_status { &["metadata", "status"] } else { &["metadata"] };
+    if without(&obj, ignored) != without(current, ignored) {
+        let generation = current["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+        set_meta(&mut obj, "generation", json!(generation));
+    }
+    if rt.custom {
+        apply_schema(rt, version, &name, &mut obj)?;
+        obj["apiVersion"] = json!(rt.api_version(&rt.storage_version));
+    }
+    if rt.special == Special::Crd && part == Part::Main && obj != *current {
+        obj = admit_crd(store, &name, obj, Some(current))?;
+    }
+    Ok(obj)
+}

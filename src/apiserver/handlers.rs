@@ -1,0 +1,534 @@
+//! Request handling: from a parsed request to store operations and a response.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::admission::{self, Part};
+use super::convert;
+use super::error::{ApiError, Subject};
+use super::object;
+use super::request::{Query, ResourcePath};
+use super::resources::{ResourceType, Special};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::server::Shared;
+use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
+use super::{strategic_merge, subresources, watch};
+
+/// A JSON response from a value.
+pub fn json_response(code: StatusCode, value: &Value) -> Response {
+    match serde_json::to_vec(value) {
+        Ok(bytes) => (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => ApiError::internal(format!("could not serialise the response: {e}")).into_response(),
+    }
+}
+
+/// One resolved request against a resource type.
+pub struct Ctx<'a> {
+    /// The served type.
+    pub rt: Arc<ResourceType>,
+    /// The requested version.
+    pub version: &'a str,
+    /// The path.
+    pub path: &'a ResourcePath,
+    /// Query parameters.
+    pub query: &'a Query,
+}
+
+impl Ctx<'_> {
+    /// The error subject for `name`.
+    pub fn subject<'b>(&'b self, name: &'b str) -> Subject<'b> {
+        Subject { group: &self.rt.gr.group, resource: &self.rt.gr.resource, name }
+    }
+
+    /// The key of the named object.
+    pub fn key(&self) -> ObjectKey {
+        let ns = if self.rt.namespaced { self.path.namespace.clone().unwrap_or_default() } else { String::new() };
+        (ns, self.path.name.clone().unwrap_or_default())
+    }
+
+    /// A stored object as served in the requested version.
+    pub fn output(&self, stored: &Value) -> Value {
+        if convert::needs_output_conversion(&self.rt, self.version) {
+            convert::to_version(&self.rt, self.version, stored)
+        } else {
+            stored.clone()
+        }
+    }
+
+    /// The object or a 404.
+    pub fn require(&self, store: &Store) -> Result<Arc<Value>, ApiError> {
+        let key = self.key();
+        store.get(&self.rt.storage_gr(), &key).ok_or_else(|| ApiError::not_found(self.subject(&key.1)))
+    }
+}
+
+/// Serves a resource request.
+pub async fn resource(
+    shared: Arc<Shared>,
+    method: Method,
+    path: ResourcePath,
+    query: Query,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let rt = {
+        let store = shared.lock();
+        store.registry.lookup(&path.group, &path.version, &path.resource)
+    };
+    let Some(rt) = rt else {
+        return Err(ApiError::no_route(&format!("{} {}/{}", path.resource, path.group, path.version)));
+    };
+    if !rt.namespaced && path.namespace.is_some() {
+        return Err(ApiError::no_route(&format!("{} is not namespaced", rt.gr)));
+    }
+    let version = path.version.clone();
+    let ctx = Ctx { rt, version: &version, path: &path, query: &query };
+    let read_body = |body| super::server::read_body(body, shared.config.max_body_bytes);
+    let sub = path.subresource.as_deref();
+    if let Some(sub) = sub {
+        let served = match sub {
+            "status" => ctx.rt.version(&version).is_some_and(|v| v.status),
+            "scale" => ctx.rt.version(&version).is_some_and(|v| v.scale.is_some()),
+            "eviction" => ctx.rt.special == Special::Pod,
+            _ => false,
+        };
+        if !served {
+            return Err(ApiError::no_route(&format!("{}/{sub}", ctx.rt.gr)));
+        }
+    }
+    match (method.as_str(), path.name.is_some(), sub) {
+        ("GET", false, None) if query.watch => watch::serve(shared, &ctx).await,
+        ("GET", false, None) => list(&shared, &ctx),
+        ("GET", true, None | Some("status")) => {
+            let obj = ctx.require(&shared.lock())?;
+            Ok(json_response(StatusCode::OK, &ctx.output(&obj)))
+        }
+        ("GET", true, Some("scale")) => {
+            let obj = ctx.require(&shared.lock())?;
+            Ok(json_response(StatusCode::OK, &subresources::scale_view(&ctx, &obj)))
+        }
+        ("POST", false, None) => {
+            let body = parse_body(&headers, &read_body(body).await?)?;
+            create(&shared, &ctx, body)
+        }
+        ("POST", true, Some("eviction")) => {
+            let body = parse_body(&headers, &read_body(body).await?)?;
+            subresources::evict(&shared, &ctx, body)
+        }
+        ("PUT", true, None | Some("status")) => {
+            let body = parse_body(&headers, &read_body(body).await?)?;
+            let part = if sub == Some("status") { Part::Status } else { Part::Main };
+            update(&shared, &ctx, body, part)
+        }
+        ("PUT", true, Some("scale")) => {
+            let body = parse_body(&headers, &read_body(body).await?)?;
+            subresources::update_scale(&shared, &ctx, Some(body), None)
+        }
+        ("PATCH", true, _) => {
+            let content_type = content_type(&headers);
+            let raw = read_body(body).await?;
+            patch(&shared, &ctx, &content_type, &raw)
+        }
+        ("DELETE", true, None) => {
+            let raw = read_body(body).await?;
+            let options = if raw.is_empty() { json!({}) } else { parse_body(&headers, &raw)? };
+            delete(&shared, &ctx, &options)
+        }
+        ("DELETE", false, None) => {
+            let raw = read_body(body).await?;
+            let options = if raw.is_empty() { json!({}) } else { parse_body(&headers, &raw)? };
+            delete_collection(&shared, &ctx, &options)
+        }
+        (m, _, s) => Err(ApiError::method_not_allowed(
+            m,
+            &format!("{}{}", ctx.rt.gr, s.map(|s| format!("/{s}")).unwrap_or_default()),
+        )),
+    }
+}
+
+fn content_type(headers: &HeaderMap) -> String {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or_default().trim().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Parses a JSON or YAML request body.
+pub fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
+    let ct = content_type(headers);
+    let value: Value = if ct.contains("yaml") {
+        serde_yaml::from_slice(raw)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid YAML: {e}")))?
+    } else if ct.is_empty() || ct.contains("json") {
+        serde_json::from_slice(raw)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?
+    } else {
+        return Err(ApiError::unsupported_media_type(&ct, &["application/json", "application/yaml"]));
+    };
+    Ok(value)
+}
+
+fn selectors(ctx: &Ctx<'_>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels = LabelSelector::parse(&ctx.query.label_selector)
+        .map_err(|e| ApiError::bad_request(format!("unable to parse labelSelector: {e}")))?;
+    let fields = FieldSelector::parse(&ctx.query.field_selector)
+        .map_err(|e| ApiError::bad_request(format!("unable to parse fieldSelector: {e}")))?;
+    if let Some(field) = fields.fields().find(|f| !ctx.rt.supports_field(ctx.version, f)) {
+        return Err(ApiError::bad_request(format!(
+            "field label not supported: {field} (for {} {})",
+            ctx.rt.kind,
+            ctx.rt.api_version(ctx.version)
+        )));
+    }
+    Ok((labels, fields))
+}
+
+/// Whether a served object matches the request's selectors.
+pub fn matches(labels: &LabelSelector, fields: &FieldSelector, served: &Value) -> bool {
+    (labels.is_empty() || labels.matches_object(served)) && (fields.is_empty() || fields.matches(served))
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Continue {
+    rv: u64,
+    ns: String,
+    name: String,
+}
+
+fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(ctx)?;
+    let after = match &ctx.query.continue_token {
+        Some(token) => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(token)
+                .map_err(|_| ApiError::bad_request("continue key is not valid: not base64"))?;
+            let c: Continue = serde_json::from_slice(&bytes)
+                .map_err(|_| ApiError::bad_request("continue key is not valid: malformed"))?;
+            Some(c)
+        }
+        None => None,
+    };
+    let convert = convert::needs_output_conversion(&ctx.rt, ctx.version);
+    let store = shared.lock();
+    // Pages after the first report the first page's resourceVersion, as kube-apiserver does.
+    let list_rv = after.as_ref().map_or(store.rv(), |c| c.rv);
+    let after_key = after.map(|c| (c.ns, c.name));
+    let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
+    // Serialise item by item: no clone of stored objects unless the version needs converting.
+    let mut items: Vec<u8> = Vec::new();
+    let mut count = 0usize;
+    let mut last_key = None;
+    let mut remaining = 0usize;
+    for (key, stored) in store.list(&ctx.rt.storage_gr(), namespace, after_key.as_ref()) {
+        let converted;
+        let served: &Value = if convert {
+            converted = convert::to_version(&ctx.rt, ctx.version, stored);
+            &converted
+        } else {
+            stored
+        };
+        if !matches(&labels, &fields, served) {
+            continue;
+        }
+        if ctx.query.limit > 0 && count == ctx.query.limit {
+            remaining += 1;
+            continue;
+        }
+        if count > 0 {
+            items.push(b',');
+        }
+        serde_json::to_writer(&mut items, served)
+            .map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
+        count += 1;
+        last_key = Some(key.clone());
+    }
+    drop(store);
+    let mut metadata = json!({ "resourceVersion": list_rv.to_string() });
+    if remaining > 0
+        && let Some((ns, name)) = last_key
+    {
+        let token = serde_json::to_vec(&Continue { rv: list_rv, ns, name })
+            .map_err(|e| ApiError::internal(format!("could not build a continue token: {e}")))?;
+        metadata["continue"] = json!(base64::engine::general_purpose::STANDARD.encode(token));
+        metadata["remainingItemCount"] = json!(remaining);
+    }
+    let head = json!({
+        "kind": ctx.rt.list_kind,
+        "apiVersion": ctx.rt.api_version(ctx.version),
+        "metadata": metadata,
+    });
+    let mut body = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+    body.pop(); // the closing brace
+    body.extend_from_slice(b",\"items\":[");
+    body.extend_from_slice(&items);
+    body.extend_from_slice(b"]}");
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
+    if ctx.rt.special == Special::Review {
+        return Ok(json_response(StatusCode::CREATED, &subresources::review(ctx, body)));
+    }
+    let mut store = shared.lock();
+    let obj = admission::prepare_create(
+        &mut store,
+        &ctx.rt,
+        ctx.version,
+        ctx.path.namespace.as_deref(),
+        body,
+        ctx.query.dry_run,
+    )?;
+    let gr = ctx.rt.storage_gr();
+    let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
+    if store.get(&gr, &key).is_some() {
+        return Err(ApiError::already_exists(ctx.subject(&key.1)));
+    }
+    if ctx.query.dry_run {
+        return Ok(json_response(StatusCode::CREATED, &ctx.output(&obj)));
+    }
+    let stored = store.insert(&gr, obj);
+    store.settle();
+    drop(store);
+    Ok(json_response(StatusCode::CREATED, &ctx.output(&stored)))
+}
+
+/// Commits an update prepared from `body`; writes nothing when nothing changed.
+fn commit_update(
+    store: &mut Store,
+    ctx: &Ctx<'_>,
+    current: &Value,
+    body: Value,
+    part: Part,
+    require_rv: bool,
+) -> Result<Value, ApiError> {
+    let updated = admission::prepare_update(store, &ctx.rt, ctx.version, current, body, part, require_rv)?;
+    if updated == *current || ctx.query.dry_run {
+        return Ok(ctx.output(&updated));
+    }
+    let (stored, _removed) = store.replace(&ctx.rt.storage_gr(), &ctx.key(), updated);
+    store.settle();
+    Ok(ctx.output(&stored))
+}
+
+fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
+    let mut store = shared.lock();
+    let current = ctx.require(&store)?;
+    let result = commit_update(&mut store, ctx, &current, body, part, true)?;
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// The patch types we accept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PatchType {
+    Merge,
+    Json,
+    Strategic,
+    Apply,
+}
+
+fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
+    match content_type {
+        "application/merge-patch+json" => Ok(PatchType::Merge),
+        "application/json-patch+json" => Ok(PatchType::Json),
+        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
+        other => Err(ApiError::unsupported_media_type(
+            other,
+            &[
+                "application/json-patch+json",
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+                "application/apply-patch+yaml",
+            ],
+        )),
+    }
+}
+
+/// Applies a patch document to a served object.
+pub fn apply_patch(ctx: &Ctx<'_>, kind: PatchKind<'_>, target: &Value, raw: &[u8]) -> Result<Value, ApiError> {
+    let name = ctx.path.name.clone().unwrap_or_default();
+    let invalid_patch = |e: String| {
+        let mut err = ApiError::with_code(422, "Invalid", format!("the patch could not be applied: {e}"));
+        err.details = Some(json!({"name": name, "group": ctx.rt.gr.group, "kind": ctx.rt.gr.resource}));
+        err
+    };
+    let parse_json = |raw: &[u8]| -> Result<Value, ApiError> {
+        serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
+    };
+    match kind.0 {
+        PatchType::Merge => {
+            let patch = parse_json(raw)?;
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+            }
+            let mut out = target.clone();
+            json_patch::merge(&mut out, &patch);
+            Ok(out)
+        }
+        PatchType::Json => {
+            let mut ops = parse_json(raw)?;
+            // kube-apiserver's JSON patch treats `test` against null as passing for an absent path (the finalizer
+            // helper of kube-runtime relies on it); the json-patch crate would fail it.
+            if let Some(list) = ops.as_array_mut() {
+                list.retain(|op| {
+                    !(op["op"] == "test"
+                        && op["value"].is_null()
+                        && op["path"].as_str().is_some_and(|p| target.pointer(p).is_none_or(Value::is_null)))
+                });
+            }
+            let ops: json_patch::Patch = serde_json::from_value(ops)
+                .map_err(|e| ApiError::bad_request(format!("the JSON patch is malformed: {e}")))?;
+            let mut out = target.clone();
+            json_patch::patch(&mut out, &ops).map_err(|e| invalid_patch(e.to_string()))?;
+            Ok(out)
+        }
+        PatchType::Strategic => {
+            if ctx.rt.custom {
+                return Err(ApiError::unsupported_media_type(
+                    "application/strategic-merge-patch+json",
+                    &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
+                ));
+            }
+            let patch = parse_json(raw)?;
+            strategic_merge::apply(target, &patch, kind.1).map_err(|e| invalid_patch(e.to_string()))
+        }
+        PatchType::Apply => {
+            // Simplified server-side apply: the applied configuration is merged like a JSON merge patch;
+            // field ownership (managedFields) and conflicts are not tracked.
+            let patch: Value = serde_yaml::from_slice(raw)
+                .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
+            if patch.get("apiVersion").is_none() || patch.get("kind").is_none() {
+                return Err(ApiError::bad_request("apply configurations must set apiVersion and kind"));
+            }
+            let mut out = target.clone();
+            json_patch::merge(&mut out, &patch);
+            Ok(out)
+        }
+    }
+}
+
+/// A patch type with the kind it applies to.
+pub struct PatchKind<'a>(PatchType, &'a str);
+
+fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Result<Response, ApiError> {
+    let pt = patch_type(content_type)?;
+    if pt == PatchType::Apply && ctx.query.field_manager.as_deref().is_none_or(str::is_empty) {
+        return Err(ApiError::bad_request("PATCH, fieldManager is required for apply patch"));
+    }
+    if ctx.path.subresource.as_deref() == Some("scale") {
+        return subresources::update_scale(shared, ctx, None, Some((PatchKind(pt, "Scale"), raw)));
+    }
+    let mut store = shared.lock();
+    let key = ctx.key();
+    let current = match store.get(&ctx.rt.storage_gr(), &key) {
+        Some(c) => c,
+        None if pt == PatchType::Apply && ctx.path.subresource.is_none() => {
+            // Server-side apply creates what does not exist.
+            let mut body: Value = serde_yaml::from_slice(raw)
+                .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
+            object::set_meta(&mut body, "name", json!(key.1));
+            drop(store);
+            return create(shared, ctx, body);
+        }
+        None => return Err(ApiError::not_found(ctx.subject(&key.1))),
+    };
+    let served = ctx.output(&current);
+    let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
+    let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
+    let result = commit_update(&mut store, ctx, &current, patched, part, false)?;
+    Ok(json_response(StatusCode::OK, &result))
+}
+
+/// Propagation policy from the body's DeleteOptions or the query.
+fn propagation(ctx: &Ctx<'_>, options: &Value) -> Result<Propagation, ApiError> {
+    let policy = options["propagationPolicy"].as_str().or(ctx.query.propagation_policy.as_deref());
+    let orphan = options["orphanDependents"].as_bool();
+    match (policy, orphan) {
+        (Some("Background"), _) | (None, None | Some(false)) => Ok(Propagation::Background),
+        (Some("Foreground"), _) => Ok(Propagation::Foreground),
+        (Some("Orphan"), _) | (None, Some(true)) => Ok(Propagation::Orphan),
+        (Some(other), _) => Err(ApiError::bad_request(format!(
+            "propagationPolicy {other:?} is not supported (Background, Foreground or Orphan)"
+        ))),
+    }
+}
+
+fn check_preconditions(ctx: &Ctx<'_>, options: &Value, current: &Value) -> Result<(), ApiError> {
+    let pre = &options["preconditions"];
+    let name = object::name(current);
+    if let Some(uid) = pre["uid"].as_str()
+        && uid != object::uid(current)
+    {
+        return Err(ApiError::conflict(
+            ctx.subject(name),
+            &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", object::uid(current)),
+        ));
+    }
+    if let Some(rv) = pre["resourceVersion"].as_str()
+        && Some(rv) != object::meta_str(current, "resourceVersion")
+    {
+        return Err(ApiError::conflict(
+            ctx.subject(name),
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                object::meta_str(current, "resourceVersion").unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn delete(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
+    let policy = propagation(ctx, options)?;
+    let dry_run = ctx.query.dry_run || options["dryRun"].as_array().is_some_and(|a| !a.is_empty());
+    let mut store = shared.lock();
+    let current = ctx.require(&store)?;
+    check_preconditions(ctx, options, &current)?;
+    if dry_run {
+        return Ok(json_response(StatusCode::OK, &ctx.output(&current)));
+    }
+    match store.delete(&ctx.rt.storage_gr(), &ctx.key(), policy) {
+        Some(DeleteOutcome::Deleted(last)) => Ok(json_response(StatusCode::OK, &ctx.output(&last))),
+        Some(DeleteOutcome::Pending(obj)) => Ok(json_response(StatusCode::OK, &ctx.output(&obj))),
+        None => Err(ApiError::not_found(ctx.subject(&ctx.key().1))),
+    }
+}
+
+fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
+    let policy = propagation(ctx, options)?;
+    let (labels, fields) = selectors(ctx)?;
+    let mut store = shared.lock();
+    let gr = ctx.rt.storage_gr();
+    let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
+    let keys: Vec<ObjectKey> = store
+        .list(&gr, namespace, None)
+        .filter(|(_, stored)| matches(&labels, &fields, &ctx.output(stored)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut items = Vec::new();
+    for key in keys {
+        if ctx.query.dry_run {
+            if let Some(obj) = store.get(&gr, &key) {
+                items.push(ctx.output(&obj));
+            }
+            continue;
+        }
+        match store.delete(&gr, &key, policy) {
+            Some(DeleteOutcome::Deleted(obj) | DeleteOutcome::Pending(obj)) => items.push(ctx.output(&obj)),
+            None => {}
+        }
+    }
+    let list = json!({
+        "kind": ctx.rt.list_kind,
+        "apiVersion": ctx.rt.api_version(ctx.version),
+        "metadata": {"resourceVersion": store.rv().to_string()},
+        "items": items,
+    });
+    Ok(json_response(StatusCode::OK, &list))
+}

@@ -1,0 +1,380 @@
+//! The HTTP side: listener (plain or TLS), bearer-token check, body limits, routing to handlers, and what a
+//! started server hands back (its URL, a kubeconfig, a `kube::Client`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::error::ApiError;
+use super::handlers::json_response;
+use super::request::{Target, parse_path, parse_query};
+use super::resources::GroupResource;
+use super::store::Store;
+use super::{discovery, handlers, tls};
+
+/// How a server is started.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Where to listen; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Serve HTTPS with a freshly generated certificate instead of plain HTTP.
+    pub tls: bool,
+    /// When set, every request must carry `Authorization: Bearer <token>` (401 otherwise).
+    pub token: Option<String>,
+    /// Events kept per type for watches that resume; older resourceVersions get 410 Gone.
+    pub history_limit: usize,
+    /// Largest accepted request body (413 above).
+    pub max_body_bytes: usize,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Watch duration when the client sets no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: false,
+            token: None,
+            history_limit: 1000,
+            max_body_bytes: 3 * 1024 * 1024,
+            bookmark_interval: Duration::from_secs(5),
+            default_watch_timeout: Duration::from_secs(1800),
+        }
+    }
+}
+
+/// State shared by every request.
+pub struct Shared {
+    store: Mutex<Store>,
+    /// The configuration the server runs with.
+    pub config: ServerConfig,
+    /// Bumped to end every open watch.
+    pub close_watches: watch::Sender<u64>,
+    open_watches: AtomicUsize,
+    address: String,
+}
+
+impl Shared {
+    /// The store, locked. A panic while holding the lock does not poison the server.
+    pub fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn watch_opened(&self) {
+        self.open_watches.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn watch_closed(&self) {
+        self.open_watches.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// How many watches are open.
+    pub fn open_watches(&self) -> usize {
+        self.open_watches.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The address could not be bound.
+    #[error("could not listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Certificates could not be made.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    /// The TLS configuration was refused.
+    #[error("could not configure TLS: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// Why a client or kubeconfig could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig we wrote did not parse (a bug).
+    #[error("the generated kubeconfig is invalid: {0}")]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// kube rejected the configuration.
+    #[error("could not build a client: {0}")]
+    Client(#[from] kube::Error),
+    /// Writing the kubeconfig file failed.
+    #[error("could not write the kubeconfig to {path}: {source}")]
+    Write {
+        /// Where.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// A running embedded API server.
+pub struct ApiServer {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    url: String,
+    ca_pem: Option<String>,
+    shutdown: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn seed_namespaces(store: &mut Store) {
+    let gr = GroupResource::new("", "namespaces");
+    for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        store.insert(
+            &gr,
+            json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": name, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": super::object::now(),
+                             "labels": {"kubernetes.io/metadata.name": name}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"},
+            }),
+        );
+    }
+}
+
+impl ApiServer {
+    /// Starts a server with the default namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`).
+    pub async fn start(config: ServerConfig) -> Result<Self, StartError> {
+        Self::start_with(config, Store::new(0)).await
+    }
+
+    /// Starts a server over an existing store (restored from disk, for example).
+    pub async fn start_with(config: ServerConfig, mut store: Store) -> Result<Self, StartError> {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        store.set_history_limit(config.history_limit);
+        if store.count(&GroupResource::new("", "namespaces")) == 0 {
+            seed_namespaces(&mut store);
+        }
+        let listener = TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Bind { addr: config.listen, source })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
+        let (tls_acceptor, ca_pem) = if config.tls {
+            let cert = tls::generate()?;
+            let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
+                rustls::pki_types::pem::PemObject::pem_slice_iter(cert.chain_pem.as_bytes())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| rustls::Error::General(format!("certificate PEM: {e}")))?;
+            let key = <rustls::pki_types::PrivateKeyDer<'static> as rustls::pki_types::pem::PemObject>::from_pem_slice(
+                cert.key_pem.as_bytes(),
+            )
+            .map_err(|e| rustls::Error::General(format!("key PEM: {e}")))?;
+            let mut server_config =
+                rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key)?;
+            server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+            (Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_config))), Some(cert.ca_pem))
+        } else {
+            (None, None)
+        };
+        let scheme = if config.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
+        let (close_watches, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: Mutex::new(store),
+            config,
+            close_watches,
+            open_watches: AtomicUsize::new(0),
+            address: addr.to_string(),
+        });
+        let router = axum::Router::new().fallback(handle).with_state(shared.clone());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, router, tls_acceptor, shutdown_rx));
+        Ok(ApiServer { shared, addr, url, ca_pem, shutdown, task })
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:40123`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (store, configuration), for tests and tools in the same process.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Ends every open watch (clients reconnect, as after a dropped connection).
+    pub fn close_watches(&self) {
+        self.shared.close_watches.send_modify(|n| *n += 1);
+    }
+
+    /// A kubeconfig (YAML) for this server, with context `mcm-dev`.
+    pub fn kubeconfig_yaml(&self) -> String {
+        let ca = self.ca_pem.as_ref().map(|pem| {
+            format!("    certificate-authority-data: {}\n", base64::engine::general_purpose::STANDARD.encode(pem))
+        });
+        let user = match &self.shared.config.token {
+            Some(token) => format!("    token: {token}\n"),
+            None => "    {}\n".to_string(),
+        };
+        let user = if self.shared.config.token.is_some() { user } else { String::from("    {}\n") };
+        let user_block = if self.shared.config.token.is_some() {
+            format!("- name: mcm-dev\n  user:\n{user}")
+        } else {
+            "- name: mcm-dev\n  user: {}\n".to_string()
+        };
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: mcm-dev\n  cluster:\n    server: {}\n{}contexts:\n- name: mcm-dev\n  context:\n    cluster: mcm-dev\n    user: mcm-dev\n    namespace: default\ncurrent-context: mcm-dev\nusers:\n{user_block}preferences: {{}}\n",
+            self.url,
+            ca.unwrap_or_default(),
+        )
+    }
+
+    /// Writes the kubeconfig to `path` (creating parent directories), readable by the owner only.
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), ClientError> {
+        let write_err = |source| ClientError::Write { path: path.display().to_string(), source };
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(write_err)?;
+        }
+        std::fs::write(path, self.kubeconfig_yaml()).map_err(write_err)?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(write_err)?;
+        }
+        Ok(())
+    }
+
+    /// A kube client for this server (the same configuration the kubeconfig carries).
+    pub async fn client(&self) -> Result<kube::Client, ClientError> {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+
+    /// Stops accepting connections, ends watches and waits for the listener to close.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        self.close_watches();
+        let _ = self.task.await;
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let tls = tls.clone();
+        let mut conn_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            let service = hyper_util::service::TowerToHyperService::new(router);
+            let builder = hyper::server::conn::http1::Builder::new();
+            match tls {
+                Some(acceptor) => {
+                    let Ok(stream) = acceptor.accept(stream).await else { return };
+                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    tokio::select! { _ = conn => {}, _ = conn_shutdown.changed() => {} }
+                }
+                None => {
+                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                    tokio::select! { _ = conn => {}, _ = conn_shutdown.changed() => {} }
+                }
+            }
+        });
+    }
+}
+
+/// Reads a request body up to `limit` bytes (413 beyond).
+pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))
+}
+
+fn authorized(shared: &Shared, request: &Request) -> bool {
+    let Some(token) = &shared.config.token else { return true };
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|given| given.trim() == token)
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    if !authorized(&shared, &request) {
+        return ApiError::unauthorized().into_response();
+    }
+    let (parts, body) = request.into_parts();
+    let result = route(shared, parts, body).await;
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Body) -> Result<Response, ApiError> {
+    let target = parse_path(parts.uri.path())?;
+    let get_only = |response: Response| {
+        if parts.method == axum::http::Method::GET {
+            Ok(response)
+        } else {
+            Err(ApiError::method_not_allowed(parts.method.as_str(), parts.uri.path()))
+        }
+    };
+    match target {
+        Target::Version => get_only(json_response(StatusCode::OK, &discovery::version())),
+        Target::Health => get_only((StatusCode::OK, "ok").into_response()),
+        Target::Metrics => get_only(
+            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], String::new()).into_response(),
+        ),
+        Target::CoreVersions => get_only(json_response(StatusCode::OK, &discovery::core_versions(&shared.address))),
+        Target::Groups => {
+            let doc = discovery::groups(&shared.lock().registry);
+            get_only(json_response(StatusCode::OK, &doc))
+        }
+        Target::Group(group) => {
+            let doc = discovery::group(&shared.lock().registry, &group);
+            match doc {
+                Some(doc) => get_only(json_response(StatusCode::OK, &doc)),
+                None => Err(ApiError::no_route(parts.uri.path())),
+            }
+        }
+        Target::Resources { group, version } => {
+            let doc = discovery::resources(&shared.lock().registry, &group, &version);
+            match doc {
+                Some(doc) => get_only(json_response(StatusCode::OK, &doc)),
+                None => Err(ApiError::no_route(parts.uri.path())),
+            }
+        }
+        Target::OpenApi(_) => Err(ApiError::no_route(parts.uri.path())),
+        Target::Resource(path) => {
+            let query = parse_query(parts.uri.query())?;
+            handlers::resource(shared, parts.method, path, query, parts.headers, body).await
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! The `scale` and `eviction` subresources, and the review kinds (answered, never stored).
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::admission::Part;
+use super::error::{ApiError, Subject};
+use super::handlers::{Ctx, PatchKind, apply_patch, json_response};
+use super::object::{self, get_path, set_path};
+use super::resources::GroupResource;
+use super::selectors::LabelSelector;
+use super::server::Shared;
+use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
+
+/// The `autoscaling/v1` Scale view of an object.
+pub fn scale_view(ctx: &Ctx<'_>, stored: &Value) -> Value {
+    let paths = ctx.rt.version(ctx.version).and_then(|v| v.scale.clone());
+    let (spec_path, status_path, selector_path) = match &paths {
+        Some(p) => (p.spec_replicas.as_str(), p.status_replicas.as_str(), p.label_selector.as_deref()),
+        None => (".spec.replicas", ".status.replicas", None),
+    };
+    let replicas = |path: &str| get_path(stored, path).and_then(Value::as_i64).unwrap_or(0);
+    let mut status = json!({ "replicas": replicas(status_path) });
+    if let Some(selector) = selector_path.and_then(|p| get_path(stored, p)).and_then(Value::as_str) {
+        status["selector"] = json!(selector);
+    } else if !ctx.rt.custom
+        && let Some(selector) = stored.pointer("/spec/selector")
+        && let Ok(parsed) = LabelSelector::from_json(selector)
+    {
+        status["selector"] = json!(parsed.to_string());
+    }
+    let meta = &stored["metadata"];
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+            "resourceVersion": meta["resourceVersion"], "creationTimestamp": meta["creationTimestamp"],
+        },
+        "spec": { "replicas": replicas(spec_path) },
+        "status": status,
+    })
+}
+
+/// PUT (a Scale body) or PATCH (a patch of the Scale view) of the scale subresource.
+pub fn update_scale(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    body: Option<Value>,
+    patch: Option<(PatchKind<'_>, &[u8])>,
+) -> Result<Response, ApiError> {
+    let mut store = shared.lock();
+    let current = ctx.require(&store)?;
+    let view = scale_view(ctx, &current);
+    let scale = match (body, patch) {
+        (Some(body), _) => body,
+        (None, Some((kind, raw))) => apply_patch(ctx, kind, &view, raw)?,
+        (None, None) => return Err(ApiError::bad_request("a scale update needs a body")),
+    };
+    let name = object::name(&current).to_string();
+    if let Some(rv) = object::meta_str(&scale, "resourceVersion")
+        && Some(rv) != object::meta_str(&current, "resourceVersion")
+    {
+        return Err(ApiError::stale(ctx.subject(&name)));
+    }
+    let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64) else {
+        return Err(ApiError::invalid(
+            ctx.subject(&name),
+            "Scale",
+            vec![super::error::Cause {
+                reason: "FieldValueRequired".into(),
+                field: "spec.replicas".into(),
+                message: "spec.replicas: Required value".into(),
+            }],
+        ));
+    };
+    let spec_path = ctx
+        .rt
+        .version(ctx.version)
+        .and_then(|v| v.scale.as_ref())
+        .map_or(".spec.replicas".to_string(), |s| s.spec_replicas.clone());
+    let mut updated = ctx.output(&current);
+    set_path(&mut updated, &spec_path, json!(replicas));
+    let prepared =
+        super::admission::prepare_update(&mut store, &ctx.rt, ctx.version, &current, updated, Part::Main, false)?;
+    let stored = if prepared == *current || ctx.query.dry_run {
+        current
+    } else {
+        let (stored, _) = store.replace(&ctx.rt.storage_gr(), &ctx.key(), prepared);
+        store.settle();
+        stored
+    };
+    Ok(json_response(StatusCode::OK, &scale_view(ctx, &stored)))
+}
+
+/// Answers a review kind (`SelfSubjectAccessReview`, `TokenReview`, ...): everything is allowed, every token
+/// authenticates. The embedded server has no authorization.
+pub fn review(ctx: &Ctx<'_>, mut body: Value) -> Value {
+    body["apiVersion"] = json!(ctx.rt.api_version(ctx.version));
+    body["kind"] = json!(ctx.rt.kind);
+    body["status"] = match ctx.rt.kind.as_str() {
+        "TokenReview" | "SelfSubjectReview" => {
+            json!({"authenticated": true, "user": {"username": "mcm-dev-admin", "groups": ["system:masters", "system:authenticated"]}, "userInfo": {"username": "mcm-dev-admin", "groups": ["system:masters", "system:authenticated"]}})
+        }
+        "SelfSubjectRulesReview" => json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false
+        }),
+        _ => json!({"allowed": true, "reason": "the embedded API server authorizes every request"}),
+    };
+    body
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running")
+        && pod
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// How many pods may be disrupted under a budget: `(healthy, desired healthy, expected)`.
+fn budget(pdb: &Value, pods: &[Value]) -> Result<(i64, i64, i64), String> {
+    let healthy = pods.iter().filter(|p| is_ready(p) && !object::is_deleting(p)).count() as i64;
+    let expected = pods.len() as i64;
+    let resolve = |v: &Value, round_up: bool| -> Result<i64, String> {
+        match v {
+            Value::Number(n) => n.as_i64().ok_or_else(|| "not an integer".to_string()),
+            Value::String(s) => {
+                let pct: f64 = s
+                    .strip_suffix('%')
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| format!("invalid value {s:?}: an integer or a percentage"))?;
+                let exact = pct * expected as f64 / 100.0;
+                Ok(if round_up { exact.ceil() } else { exact.floor() } as i64)
+            }
+            _ => Err("invalid value".into()),
+        }
+    };
+    let desired = if let Some(min) = pdb.pointer("/spec/minAvailable") {
+        resolve(min, true)?
+    } else if let Some(max) = pdb.pointer("/spec/maxUnavailable") {
+        expected - resolve(max, true)?
+    } else {
+        expected
+    };
+    Ok((healthy, desired, expected))
+}
+
+/// `POST pods/{name}/eviction`: deletes the pod unless a PodDisruptionBudget forbids it (429).
+pub fn evict(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
+    let mut store = shared.lock();
+    let pod = ctx.require(&store)?;
+    let ns = object::namespace(&pod).to_string();
+    let name = object::name(&pod).to_string();
+    let subject = Subject { group: "", resource: "pods", name: &name };
+    let pdb_gr = GroupResource::new("policy", "poddisruptionbudgets");
+    let pdbs: Vec<(ObjectKey, Value)> = store
+        .list(&pdb_gr, Some(&ns), None)
+        .filter(|(_, pdb)| {
+            pdb.pointer("/spec/selector")
+                .and_then(|s| LabelSelector::from_json(s).ok())
+                .is_some_and(|s| !s.is_empty() && s.matches_object(&pod))
+        })
+        .map(|(k, v)| (k.clone(), (**v).clone()))
+        .collect();
+    if pdbs.len() > 1 {
+        return Err(ApiError::internal(
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+        ));
+    }
+    if let Some((pdb_key, pdb)) = pdbs.into_iter().next()
+        && is_ready(&pod)
+    {
+        let selector = pdb.pointer("/spec/selector").and_then(|s| LabelSelector::from_json(s).ok()).unwrap_or_default();
+        let covered: Vec<Value> = store
+            .list(&ctx.rt.gr, Some(&ns), None)
+            .filter(|(_, p)| selector.matches_object(p))
+            .map(|(_, p)| (**p).clone())
+            .collect();
+        let (healthy, desired, expected) = budget(&pdb, &covered)
+            .map_err(|e| ApiError::internal(format!("PodDisruptionBudget {} is invalid: {e}", pdb_key.1)))?;
+        let allowed = (healthy - desired).max(0);
+        update_pdb_status(&mut store, &pdb_gr, &pdb_key, &pdb, healthy, desired, expected, allowed);
+        if allowed <= 0 {
+            let mut err = ApiError::too_many_requests();
+            err.message = format!(
+                "Cannot evict pod as it would violate the pod's disruption budget. The disruption budget {} needs {desired} healthy pods and has {healthy} currently",
+                pdb_key.1
+            );
+            err.details = Some(
+                json!({"causes": [{"reason": "DisruptionBudget", "message": format!("The disruption budget {} needs {desired} healthy pods and has {healthy} currently", pdb_key.1)}]}),
+            );
+            return Err(err);
+        }
+    }
+    let options = body.get("deleteOptions").cloned().unwrap_or_else(|| json!({}));
+    if let Some(uid) = options.pointer("/preconditions/uid").and_then(Value::as_str)
+        && uid != object::uid(&pod)
+    {
+        return Err(ApiError::conflict(subject, "Precondition failed: UID mismatch"));
+    }
+    if ctx.query.dry_run {
+        return Ok(json_response(StatusCode::CREATED, &success()));
+    }
+    match store.delete(&ctx.rt.gr, &ctx.key(), Propagation::Background) {
+        Some(DeleteOutcome::Deleted(_) | DeleteOutcome::Pending(_)) => {
+            Ok(json_response(StatusCode::CREATED, &success()))
+        }
+        None => Err(ApiError::not_found(subject)),
+    }
+}
+
+fn success() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+}
+
+#[allow(clippy::too_many_arguments)]
+fn update_pdb_status(
+    store: &mut Store,
+    gr: &GroupResource,
+    key: &ObjectKey,
+    pdb: &Value,
+    healthy: i64,
+    desired: i64,
+    expected: i64,
+    allowed: i64,
+) {
+    let mut updated = pdb.clone();
+    let status = json!({
+        "currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,
+        "disruptionsAllowed": allowed, "observedGeneration": pdb["metadata"]["generation"],
+    });
+    if updated.get("status").is_some_and(|s| {
+        ["currentHealthy", "desiredHealthy", "expectedPods", "disruptionsAllowed"].iter().all(|k| s[*k] == status[*k])
+    }) {
+        return;
+    }
+    let mut merged = updated.get("status").cloned().unwrap_or_else(|| json!({}));
+    json_patch::merge(&mut merged, &status);
+    updated["status"] = merged;
+    store.replace(gr, key, updated);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ready: bool) -> Value {
+        let status = if ready { "True" } else { "False" };
+        json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": status}]}})
+    }
+
+    #[test]
+    fn budgets_count_ready_pods() {
+        let pods = vec![pod(true), pod(true), pod(false)];
+        let cases = [
+            (json!({"spec": {"minAvailable": 2}}), (2, 2, 3)),
+            (json!({"spec": {"minAvailable": "50%"}}), (2, 2, 3)),
+            (json!({"spec": {"maxUnavailable": 1}}), (2, 2, 3)),
+            (json!({"spec": {"maxUnavailable": "100%"}}), (2, 0, 3)),
+        ];
+        for (pdb, expected) in cases {
+            assert_eq!(budget(&pdb, &pods).unwrap(), expected, "{pdb}");
+        }
+        assert!(budget(&json!({"spec": {"minAvailable": "x"}}), &pods).is_err());
+    }
+}

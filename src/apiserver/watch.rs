@@ -1,0 +1,233 @@
+//! Watches: newline-delimited JSON events streamed over a chunked response.
+//!
+//! A watch starts from a resourceVersion (events after it are replayed from the type's bounded history, or an
+//! `ERROR` event with a 410 `Expired` status tells the client to relist), or from "now" with synthetic `ADDED`
+//! events for every existing object. Bookmarks carry the newest resourceVersion this watch has seen.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+
+use super::convert;
+use super::error::ApiError;
+use super::handlers::{Ctx, matches};
+use super::object;
+use super::resources::{GroupResource, ResourceType};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::server::Shared;
+use super::store::{EventType, WatchEvent};
+
+/// Which events a watch wants, and in which form.
+struct Filter {
+    rt: Arc<ResourceType>,
+    gr: GroupResource,
+    version: String,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    convert: bool,
+}
+
+impl Filter {
+    fn served(&self, stored: &Value) -> Option<Value> {
+        self.convert.then(|| convert::to_version(&self.rt, &self.version, stored))
+    }
+
+    fn matches(&self, stored: &Value) -> bool {
+        if self.namespace.as_deref().is_some_and(|ns| object::namespace(stored) != ns) {
+            return false;
+        }
+        match self.served(stored) {
+            Some(served) => matches(&self.labels, &self.fields, &served),
+            None => matches(&self.labels, &self.fields, stored),
+        }
+    }
+
+    /// The event type this watch sees for a change, if any: selector transitions become ADDED or DELETED.
+    fn event_type(&self, event: &WatchEvent) -> Option<&'static str> {
+        if event.gr != self.gr {
+            return None;
+        }
+        let now = self.matches(&event.object);
+        match event.kind {
+            EventType::Added => now.then_some("ADDED"),
+            EventType::Deleted => now.then_some("DELETED"),
+            EventType::Modified => {
+                let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
+                match (before, now) {
+                    (true, true) => Some("MODIFIED"),
+                    (false, true) => Some("ADDED"),
+                    (true, false) => Some("DELETED"),
+                    (false, false) => None,
+                }
+            }
+        }
+    }
+
+    fn encode(&self, kind: &str, event: Option<&WatchEvent>, object: &Value) -> Bytes {
+        let mut out = Vec::with_capacity(256);
+        out.extend_from_slice(b"{\"type\":\"");
+        out.extend_from_slice(kind.as_bytes());
+        out.extend_from_slice(b"\",\"object\":");
+        match (self.served(object), event) {
+            (Some(served), _) => out.extend_from_slice(&serde_json::to_vec(&served).unwrap_or_default()),
+            (None, Some(event)) => out.extend_from_slice(&event.object_json()),
+            (None, None) => out.extend_from_slice(&serde_json::to_vec(object).unwrap_or_default()),
+        }
+        out.extend_from_slice(b"}\n");
+        Bytes::from(out)
+    }
+
+    fn bookmark(&self, rv: u64, initial_events_end: bool) -> Bytes {
+        let mut metadata = json!({ "resourceVersion": rv.to_string() });
+        if initial_events_end {
+            metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
+        }
+        let event = json!({
+            "type": "BOOKMARK",
+            "object": { "kind": self.rt.kind, "apiVersion": self.rt.api_version(&self.version), "metadata": metadata },
+        });
+        let mut bytes = serde_json::to_vec(&event).unwrap_or_default();
+        bytes.push(b'\n');
+        Bytes::from(bytes)
+    }
+}
+
+fn error_event(error: &ApiError) -> Bytes {
+    let mut bytes = serde_json::to_vec(&json!({ "type": "ERROR", "object": error.to_status() })).unwrap_or_default();
+    bytes.push(b'\n');
+    Bytes::from(bytes)
+}
+
+/// What the watch sends before live events.
+struct Start {
+    initial: Vec<Arc<Value>>,
+    replay: Vec<Arc<WatchEvent>>,
+    rx: broadcast::Receiver<Arc<WatchEvent>>,
+    cursor: u64,
+}
+
+/// Serves a watch request.
+pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
+    let labels = LabelSelector::parse(&ctx.query.label_selector)
+        .map_err(|e| ApiError::bad_request(format!("unable to parse labelSelector: {e}")))?;
+    let fields = FieldSelector::parse(&ctx.query.field_selector)
+        .map_err(|e| ApiError::bad_request(format!("unable to parse fieldSelector: {e}")))?;
+    if let Some(field) = fields.fields().find(|f| !ctx.rt.supports_field(ctx.version, f)) {
+        return Err(ApiError::bad_request(format!("field label not supported: {field}")));
+    }
+    let filter = Filter {
+        rt: ctx.rt.clone(),
+        gr: ctx.rt.storage_gr(),
+        version: ctx.version.to_string(),
+        namespace: if ctx.rt.namespaced { ctx.path.namespace.clone() } else { None },
+        labels,
+        fields,
+        convert: convert::needs_output_conversion(&ctx.rt, ctx.version),
+    };
+    let from = match ctx.query.resource_version.as_deref() {
+        None | Some("0") => None,
+        Some(rv) => {
+            Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?)
+        }
+    };
+    let send_initial = ctx.query.send_initial_events;
+    let start = {
+        let store = shared.lock();
+        match from {
+            Some(rv) if !send_initial => match store.watch_from(&filter.gr, rv) {
+                Ok((replay, rx)) => Ok(Start { initial: Vec::new(), replay, rx, cursor: rv.max(1) }),
+                Err(expired) => Err(ApiError::gone(expired.requested, expired.oldest)),
+            },
+            _ => {
+                let namespace = filter.namespace.as_deref();
+                let initial = store
+                    .list(&filter.gr, namespace, None)
+                    .filter(|(_, o)| filter.matches(o))
+                    .map(|(_, o)| o.clone())
+                    .collect();
+                Ok(Start { initial, replay: Vec::new(), rx: store.subscribe(), cursor: store.rv() })
+            }
+        }
+    };
+    let timeout =
+        Duration::from_secs(ctx.query.timeout_seconds.unwrap_or(shared.config.default_watch_timeout.as_secs()));
+    let bookmarks = ctx.query.allow_bookmarks;
+    let (tx, rx_body) = mpsc::channel::<Result<Bytes, std::convert::Infallible>>(64);
+    let interval = shared.config.bookmark_interval;
+    let mut closing = shared.close_watches.subscribe();
+    shared.watch_opened();
+    let guard = WatchGuard(shared.clone());
+    tokio::spawn(async move {
+        let _guard = guard;
+        let mut start = match start {
+            Ok(start) => start,
+            Err(error) => {
+                let _ = tx.send(Ok(error_event(&error))).await;
+                return;
+            }
+        };
+        for obj in &start.initial {
+            if tx.send(Ok(filter.encode("ADDED", None, obj))).await.is_err() {
+                return;
+            }
+        }
+        if send_initial && bookmarks && tx.send(Ok(filter.bookmark(start.cursor, true))).await.is_err() {
+            return;
+        }
+        for event in &start.replay {
+            start.cursor = event.rv;
+            if let Some(kind) = filter.event_type(event)
+                && tx.send(Ok(filter.encode(kind, Some(event), &event.object))).await.is_err()
+            {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(interval);
+        ticker.reset();
+        loop {
+            tokio::select! {
+                received = start.rx.recv() => match received {
+                    Ok(event) => {
+                        start.cursor = start.cursor.max(event.rv);
+                        if let Some(kind) = filter.event_type(&event)
+                            && tx.send(Ok(filter.encode(kind, Some(&event), &event.object))).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                    // Too slow a reader, or the server is going away: end the watch; the client resumes from
+                    // its last resourceVersion (and relists on 410).
+                    Err(_) => return,
+                },
+                _ = ticker.tick(), if bookmarks => {
+                    if tx.send(Ok(filter.bookmark(start.cursor, false))).await.is_err() {
+                        return;
+                    }
+                }
+                _ = &mut deadline => return,
+                _ = closing.changed() => return,
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx_body));
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// Counts open watches for the server's metrics; decrements when the watch task ends.
+struct WatchGuard(Arc<Shared>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.watch_closed();
+    }
+}

@@ -1,0 +1,6 @@
+//! The embedded API server driven through kube-rs, as controllers use it.
+
+mod crud;
+mod custom;
+mod lifecycle;
+mod watch;
