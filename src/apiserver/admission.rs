@@ -68,24 +68,24 @@ fn check_labels_and_annotations(rt: &ResourceType, name: &str, obj: &Value) -> R
             causes.push(cause(
                 "FieldValueInvalid",
                 &format!("metadata.{field}"),
-                format!("metadata.{field}: Invalid value: must be a map of strings"),
+                "Invalid value: must be a map of strings".to_string(),
             ));
             continue;
         };
         for (key, value) in map {
             let path = format!("metadata.{field}");
             if let Err(why) = selectors::validate_label_key(key) {
-                causes.push(cause("FieldValueInvalid", &path, format!("{path}: Invalid value: {why}")));
+                causes.push(cause("FieldValueInvalid", &path, format!("Invalid value: {why}")));
             }
             match value.as_str() {
                 None => causes.push(cause(
                     "FieldValueInvalid",
                     &path,
-                    format!("{path}[{key}]: Invalid value: must be a string"),
+                    format!("Invalid value: the value of {key:?} must be a string"),
                 )),
                 Some(v) if is_label => {
                     if let Err(why) = selectors::validate_label_value(key, v) {
-                        causes.push(cause("FieldValueInvalid", &path, format!("{path}: Invalid value: {why}")));
+                        causes.push(cause("FieldValueInvalid", &path, format!("Invalid value: {why}")));
                     }
                 }
                 Some(_) => {}
@@ -104,7 +104,7 @@ fn apply_schema(rt: &ResourceType, version: &str, name: &str, obj: &mut Value) -
     if errors.is_empty() {
         return Ok(());
     }
-    let causes = errors.iter().map(|e| cause(e.error_type.reason(), &e.field, e.to_string())).collect();
+    let causes = errors.iter().map(|e| cause(e.error_type.reason(), &e.field, e.body())).collect();
     Err(invalid(rt, name, causes))
 }
 
@@ -154,10 +154,7 @@ fn admit_crd(store: &mut Store, name: &str, mut crd: Value, previous: Option<&Va
     let crd_type =
         store.registry.get(&resources::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"));
     let problems_to_error = |problems: Vec<resources::CrdProblem>| {
-        let causes = problems
-            .into_iter()
-            .map(|p| cause("FieldValueInvalid", &p.field, format!("{}: {}", p.field, p.detail)))
-            .collect();
+        let causes = problems.into_iter().map(|p| cause("FieldValueInvalid", &p.field, p.detail.clone())).collect();
         match &crd_type {
             Some(t) => invalid(t, name, causes),
             None => ApiError::internal("the CustomResourceDefinition type is not registered"),
@@ -243,9 +240,9 @@ pub fn prepare_create(
     if let Err(why) = object::validate_name(&name, dns_label) {
         let field = if generate.is_some() { "metadata.generateName" } else { "metadata.name" };
         let message = if name.is_empty() {
-            format!("{field}: Required value: name or generateName is required")
+            "Required value: name or generateName is required".to_string()
         } else {
-            format!("{field}: Invalid value: \"{name}\": {why}")
+            format!("Invalid value: \"{name}\": {why}")
         };
         let reason = if name.is_empty() { "FieldValueRequired" } else { "FieldValueInvalid" };
         return Err(invalid(rt, &name, vec![cause(reason, field, message)]));
@@ -303,10 +300,8 @@ pub fn prepare_create(
             }
             obj = if dry_run {
                 resources::from_crd(&obj).map_err(|p| {
-                    let causes = p
-                        .into_iter()
-                        .map(|p| cause("FieldValueInvalid", &p.field, format!("{}: {}", p.field, p.detail)))
-                        .collect();
+                    let causes =
+                        p.into_iter().map(|p| cause("FieldValueInvalid", &p.field, p.detail.clone())).collect();
                     invalid(rt, &name, causes)
                 })?;
                 obj
@@ -383,7 +378,7 @@ pub fn prepare_update(
                 vec![cause(
                     "FieldValueInvalid",
                     "metadata.resourceVersion",
-                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update".into(),
+                    "Invalid value: 0x0: must be specified for an update".into(),
                 )],
             ));
         }
@@ -442,7 +437,7 @@ pub fn prepare_update(
                         vec![cause(
                             "FieldValueForbidden",
                             "metadata.finalizers",
-                            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted".into(),
+                            "Forbidden: no new finalizers can be added if the object is being deleted".into(),
                         )],
                     ));
                 }

@@ -22,7 +22,7 @@ pub struct ApiError {
 pub struct Cause {
     /// e.g. `FieldValueInvalid`.
     pub reason: String,
-    /// The human sentence.
+    /// The problem without the field, e.g. `Required value`.
     pub message: String,
     /// The field path, e.g. `spec.replicas`.
     pub field: String,
@@ -160,7 +160,7 @@ impl ApiError {
     pub fn invalid(subject: Subject<'_>, kind: &str, causes: Vec<Cause>) -> Self {
         let qualified_kind =
             if subject.group.is_empty() { kind.to_string() } else { format!("{kind}.{}", subject.group) };
-        let summary: Vec<String> = causes.iter().map(|c| c.message.clone()).collect();
+        let summary: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
         let listed = if summary.len() == 1 { summary.concat() } else { format!("[{}]", summary.join(", ")) };
         let message = format!("{qualified_kind} \"{}\" is invalid: {listed}", subject.name);
         let mut details = json!({ "name": subject.name, "group": subject.group, "kind": kind });

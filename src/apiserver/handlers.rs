@@ -17,7 +17,7 @@ use super::resources::{ResourceType, Special};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::{strategic_merge, subresources, watch};
+use super::{managed, strategic_merge, subresources, watch};
 
 /// A JSON response from a value.
 pub fn json_response(code: StatusCode, value: &Value) -> Response {
@@ -37,6 +37,8 @@ pub struct Ctx<'a> {
     pub path: &'a ResourcePath,
     /// Query parameters.
     pub query: &'a Query,
+    /// Who writes: `fieldManager`, or the client's user agent.
+    pub manager: String,
 }
 
 impl Ctx<'_> {
@@ -87,7 +89,11 @@ pub async fn resource(
         return Err(ApiError::no_route(&format!("{} is not namespaced", rt.gr)));
     }
     let version = path.version.clone();
-    let ctx = Ctx { rt, version: &version, path: &path, query: &query };
+    let manager = query.field_manager.clone().filter(|m| !m.is_empty()).unwrap_or_else(|| {
+        let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
+        agent.split('/').next().unwrap_or("unknown").to_string()
+    });
+    let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager };
     let read_body = |body| super::server::read_body(body, shared.config.max_body_bytes);
     let sub = path.subresource.as_deref();
     if let Some(sub) = sub {
@@ -114,7 +120,7 @@ pub async fn resource(
         }
         ("POST", false, None) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
-            create(&shared, &ctx, body)
+            create(&shared, &ctx, body, false)
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -271,12 +277,13 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
+fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Result<Response, ApiError> {
     if ctx.rt.special == Special::Review {
         return Ok(json_response(StatusCode::CREATED, &subresources::review(ctx, body)));
     }
+    let applied = apply.then(|| managed::leaves(&body, false));
     let mut store = shared.lock();
-    let obj = admission::prepare_create(
+    let mut obj = admission::prepare_create(
         &mut store,
         &ctx.rt,
         ctx.version,
@@ -284,6 +291,8 @@ fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiEr
         body,
         ctx.query.dry_run,
     )?;
+    let owned = applied.unwrap_or_else(|| managed::leaves(&obj, false));
+    managed::record(&mut obj, None, &ctx.manager, apply, owned, &ctx.rt.api_version(ctx.version), "");
     let gr = ctx.rt.storage_gr();
     let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
     if store.get(&gr, &key).is_some() {
@@ -306,11 +315,23 @@ fn commit_update(
     body: Value,
     part: Part,
     require_rv: bool,
+    applied: Option<&Value>,
 ) -> Result<Value, ApiError> {
-    let updated = admission::prepare_update(store, &ctx.rt, ctx.version, current, body, part, require_rv)?;
+    let mut updated = admission::prepare_update(store, &ctx.rt, ctx.version, current, body, part, require_rv)?;
+    if let (Some(fields), Part::Main) = (current.pointer("/metadata/managedFields"), part) {
+        object::set_meta(&mut updated, "managedFields", fields.clone());
+    }
     if updated == *current || ctx.query.dry_run {
         return Ok(ctx.output(&updated));
     }
+    let status = part == Part::Status;
+    let owned = match applied {
+        Some(config) => managed::leaves(config, status),
+        None => managed::changed(current, &updated, status),
+    };
+    let subresource = if status { "status" } else { "" };
+    let api_version = ctx.rt.api_version(ctx.version);
+    managed::record(&mut updated, Some(current), &ctx.manager, applied.is_some(), owned, &api_version, subresource);
     let (stored, _removed) = store.replace(&ctx.rt.storage_gr(), &ctx.key(), updated);
     store.settle();
     Ok(ctx.output(&stored))
@@ -319,7 +340,7 @@ fn commit_update(
 fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
     let mut store = shared.lock();
     let current = ctx.require(&store)?;
-    let result = commit_update(&mut store, ctx, &current, body, part, true)?;
+    let result = commit_update(&mut store, ctx, &current, body, part, true, None)?;
     Ok(json_response(StatusCode::OK, &result))
 }
 
@@ -389,12 +410,6 @@ pub fn apply_patch(ctx: &Ctx<'_>, kind: PatchKind<'_>, target: &Value, raw: &[u8
             Ok(out)
         }
         PatchType::Strategic => {
-            if ctx.rt.custom {
-                return Err(ApiError::unsupported_media_type(
-                    "application/strategic-merge-patch+json",
-                    &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
-                ));
-            }
             let patch = parse_json(raw)?;
             strategic_merge::apply(target, &patch, kind.1).map_err(|e| invalid_patch(e.to_string()))
         }
@@ -418,6 +433,12 @@ pub struct PatchKind<'a>(PatchType, &'a str);
 
 fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Result<Response, ApiError> {
     let pt = patch_type(content_type)?;
+    if pt == PatchType::Strategic && ctx.rt.custom {
+        return Err(ApiError::unsupported_media_type(
+            content_type,
+            &["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"],
+        ));
+    }
     if pt == PatchType::Apply && ctx.query.field_manager.as_deref().is_none_or(str::is_empty) {
         return Err(ApiError::bad_request("PATCH, fieldManager is required for apply patch"));
     }
@@ -434,14 +455,32 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
                 .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
             object::set_meta(&mut body, "name", json!(key.1));
             drop(store);
-            return create(shared, ctx, body);
+            return create(shared, ctx, body, true);
         }
         None => return Err(ApiError::not_found(ctx.subject(&key.1))),
     };
     let served = ctx.output(&current);
+    let applied = if pt == PatchType::Apply {
+        let config: Value = serde_yaml::from_slice(raw)
+            .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
+        let conflicts = managed::conflicts(&served, &ctx.manager, &config);
+        if !conflicts.is_empty() && !ctx.query.force {
+            let listed: Vec<String> =
+                conflicts.iter().map(|(field, owner)| format!("conflict with \"{owner}\": {field}")).collect();
+            let count =
+                if listed.len() == 1 { "1 conflict".to_string() } else { format!("{} conflicts", listed.len()) };
+            return Err(ApiError::conflict(
+                ctx.subject(&key.1),
+                &format!("Apply failed with {count}: {}", listed.join(", ")),
+            ));
+        }
+        Some(config)
+    } else {
+        None
+    };
     let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
     let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
-    let result = commit_update(&mut store, ctx, &current, patched, part, false)?;
+    let result = commit_update(&mut store, ctx, &current, patched, part, false, applied.as_ref())?;
     Ok(json_response(StatusCode::OK, &result))
 }
 

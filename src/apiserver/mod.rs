@@ -9,6 +9,7 @@ mod convert;
 mod discovery;
 pub mod error;
 mod handlers;
+mod managed;
 pub mod object;
 mod request;
 pub mod resources;

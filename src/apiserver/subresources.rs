@@ -71,7 +71,7 @@ pub fn update_scale(
             vec![super::error::Cause {
                 reason: "FieldValueRequired".into(),
                 field: "spec.replicas".into(),
-                message: "spec.replicas: Required value".into(),
+                message: "Required value".into(),
             }],
         ));
     };

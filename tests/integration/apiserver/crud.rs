@@ -176,3 +176,23 @@ async fn unchanged_writes_keep_the_resource_version() {
         .unwrap();
     assert_eq!(patched.metadata.resource_version, created.metadata.resource_version);
 }
+
+#[tokio::test]
+async fn server_side_apply_detects_conflicts_between_managers() {
+    let (_server, client) = start().await;
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+    let config =
+        |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned"}, "data": {"k": v}});
+    api.patch("owned", &PatchParams::apply("first"), &Patch::Apply(config("1"))).await.unwrap();
+    // The same value is no conflict; another value is.
+    api.patch("owned", &PatchParams::apply("second"), &Patch::Apply(config("1"))).await.unwrap();
+    let err = api.patch("owned", &PatchParams::apply("second"), &Patch::Apply(config("2"))).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.message.contains("conflict with \"first\": .data.k")),
+        "{err}"
+    );
+    let forced = api.patch("owned", &PatchParams::apply("second").force(), &Patch::Apply(config("2"))).await.unwrap();
+    assert_eq!(forced.data.unwrap()["k"], "2");
+    let managers: Vec<String> = forced.metadata.managed_fields.unwrap().into_iter().filter_map(|m| m.manager).collect();
+    assert_eq!(managers, ["second"], "forcing took the field over");
+}

@@ -2,5 +2,7 @@
 
 mod crud;
 mod custom;
+mod input;
+mod lease;
 mod lifecycle;
 mod watch;
