@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::error::ApiError;
+use super::faults::{Faults, RequestInfo, Verb};
 use super::handlers::json_response;
 use super::request::{Target, parse_path, parse_query};
 use super::resources::GroupResource;
@@ -40,6 +41,8 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// Watch duration when the client sets no `timeoutSeconds`.
     pub default_watch_timeout: Duration,
+    /// Keep state in this directory: loaded at start, saved shortly after changes and at shutdown.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +55,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(5),
             default_watch_timeout: Duration::from_secs(1800),
+            data_dir: None,
         }
     }
 }
@@ -65,6 +69,8 @@ pub struct Shared {
     pub close_watches: watch::Sender<u64>,
     open_watches: AtomicUsize,
     address: String,
+    /// Request counters and injected faults.
+    pub faults: Faults,
 }
 
 impl Shared {
@@ -98,6 +104,9 @@ pub enum StartError {
         /// The cause.
         source: std::io::Error,
     },
+    /// The data directory could not be read.
+    #[error(transparent)]
+    Persist(#[from] super::persist::PersistError),
     /// Certificates could not be made.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
@@ -152,9 +161,14 @@ fn seed_namespaces(store: &mut Store) {
 }
 
 impl ApiServer {
-    /// Starts a server with the default namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`).
+    /// Starts a server with the default namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`),
+    /// or with the state saved in `config.data_dir`.
     pub async fn start(config: ServerConfig) -> Result<Self, StartError> {
-        Self::start_with(config, Store::new(0)).await
+        let store = match &config.data_dir {
+            Some(dir) => super::persist::load(dir, config.history_limit)?,
+            None => Store::new(config.history_limit),
+        };
+        Self::start_with(config, store).await
     }
 
     /// Starts a server over an existing store (restored from disk, for example).
@@ -194,10 +208,19 @@ impl ApiServer {
             close_watches,
             open_watches: AtomicUsize::new(0),
             address: addr.to_string(),
+            faults: Faults::default(),
         });
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let task = tokio::spawn(serve(listener, router, tls_acceptor, shutdown_rx));
+        let saver =
+            shared.config.data_dir.clone().map(|dir| tokio::spawn(save_loop(shared.clone(), dir, shutdown_rx.clone())));
+        let serving = tokio::spawn(serve(listener, router, tls_acceptor, shutdown_rx));
+        let task = tokio::spawn(async move {
+            let _ = serving.await;
+            if let Some(saver) = saver {
+                let _ = saver.await;
+            }
+        });
         Ok(ApiServer { shared, addr, url, ca_pem, shutdown, task })
     }
 
@@ -214,6 +237,11 @@ impl ApiServer {
     /// The shared state (store, configuration), for tests and tools in the same process.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Request counters and fault injection.
+    pub fn faults(&self) -> &Faults {
+        &self.shared.faults
     }
 
     /// Ends every open watch (clients reconnect, as after a dropped connection).
@@ -271,6 +299,33 @@ impl ApiServer {
         let _ = self.shutdown.send(true);
         self.close_watches();
         let _ = self.task.await;
+    }
+}
+
+/// Saves the store when it changed, at most every half second, and once more at shutdown.
+async fn save_loop(shared: Arc<Shared>, dir: std::path::PathBuf, mut shutdown: watch::Receiver<bool>) {
+    let mut saved = shared.lock().rv();
+    loop {
+        let stopping = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => false,
+            _ = shutdown.changed() => true,
+        };
+        let (rv, objects) = {
+            let store = shared.lock();
+            if store.rv() == saved && !stopping {
+                continue;
+            }
+            super::persist::capture(&store)
+        };
+        let dir = dir.clone();
+        match tokio::task::spawn_blocking(move || super::persist::save(&dir, rv, &objects)).await {
+            Ok(Ok(())) => saved = rv,
+            Ok(Err(e)) => tracing::error!(error = %e, "could not save the API server state"),
+            Err(e) => tracing::error!(error = %e, "the state saver failed"),
+        }
+        if stopping {
+            return;
+        }
     }
 }
 
@@ -349,9 +404,11 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
     match target {
         Target::Version => get_only(json_response(StatusCode::OK, &discovery::version())),
         Target::Health => get_only((StatusCode::OK, "ok").into_response()),
-        Target::Metrics => get_only(
-            (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], String::new()).into_response(),
-        ),
+        Target::Metrics => {
+            shared.faults.set_open_watches(shared.open_watches());
+            let text = shared.faults.metrics_text();
+            get_only((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+        }
         Target::CoreVersions => get_only(json_response(StatusCode::OK, &discovery::core_versions(&shared.address))),
         Target::Groups => {
             let doc = discovery::groups(&shared.lock().registry);
@@ -374,7 +431,31 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
         Target::OpenApi(_) => Err(ApiError::no_route(parts.uri.path())),
         Target::Resource(path) => {
             let query = parse_query(parts.uri.query())?;
-            handlers::resource(shared, parts.method, path, query, parts.headers, body).await
+            let Some(verb) = Verb::of(parts.method.as_str(), path.name.is_some(), query.watch) else {
+                return Err(ApiError::method_not_allowed(parts.method.as_str(), parts.uri.path()));
+            };
+            let info = RequestInfo {
+                verb,
+                group: path.group.clone(),
+                resource: path.resource.clone(),
+                subresource: path.subresource.clone(),
+            };
+            let (delay, failure) = shared.faults.decide(&info);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            if let Some(error) = failure {
+                shared.faults.count(&info, error.code);
+                return Err(error);
+            }
+            let faults = shared.clone();
+            let result = handlers::resource(shared, parts.method, path, query, parts.headers, body).await;
+            let code = match &result {
+                Ok(response) => response.status().as_u16(),
+                Err(error) => error.code,
+            };
+            faults.faults.count(&info, code);
+            result
         }
     }
 }

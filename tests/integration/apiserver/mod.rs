@@ -2,6 +2,7 @@
 
 mod crud;
 mod custom;
+mod faults;
 mod input;
 mod lease;
 mod lifecycle;
