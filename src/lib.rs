@@ -6,3 +6,4 @@
 pub mod api;
 pub mod apiserver;
 pub mod cli;
+pub mod dev;

@@ -28,10 +28,31 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a local control plane: the embedded API server with our CRDs, writing a kubeconfig for kubectl.
+    Dev(DevArgs),
     /// Print every CRD this project ships as YAML (ours and CAPI core's).
     Crds(CrdsArgs),
     /// Print the version, git commit and supported Cluster API contract.
     Version,
+}
+
+#[derive(Debug, clap::Args)]
+struct DevArgs {
+    /// Address to listen on [default: 127.0.0.1:6443, or the next free port]
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
+    /// Where to write the kubeconfig.
+    #[arg(long, value_name = "PATH", default_value = ".mcm/kubeconfig")]
+    kubeconfig_out: PathBuf,
+    /// Keep the API server's objects in this directory across restarts (in memory otherwise).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Do not create the sample objects.
+    #[arg(long)]
+    no_sample: bool,
+    /// Run the API server alone: no CRDs, no controllers, no sample (for exploring with kubectl).
+    #[arg(long)]
+    apiserver_only: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +68,12 @@ pub enum CliError {
     /// The CRDs could not be produced.
     #[error(transparent)]
     Crds(#[from] api::crds::CrdError),
+    /// `mcm dev` failed.
+    #[error(transparent)]
+    Dev(#[from] crate::dev::DevError),
+    /// The async runtime could not start.
+    #[error("could not start the async runtime: {0}")]
+    Runtime(std::io::Error),
     /// Writing output failed.
     #[error("could not write {what}: {source}")]
     Write {
@@ -72,10 +99,54 @@ pub fn run() -> ExitCode {
 fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Crds(args) => crds(args),
+        Command::Dev(args) => {
+            init_logging();
+            let options = crate::dev::DevOptions {
+                listen: args.listen,
+                kubeconfig_out: args.kubeconfig_out,
+                data_dir: args.data_dir,
+                apiserver_only: args.apiserver_only,
+            };
+            // No sample exists yet; the flag is accepted so scripts can pass it already.
+            let _ = args.no_sample;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            runtime.block_on(crate::dev::run(options, ctrl_c()))?;
+            Ok(())
+        }
         Command::Version => {
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &version_text())
         }
+    }
+}
+
+/// Logs to standard error; `RUST_LOG` chooses what (default: warnings).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn ctrl_c() {
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

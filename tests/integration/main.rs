@@ -5,4 +5,5 @@
 
 mod apiserver;
 mod cli;
+mod dev;
 mod support;

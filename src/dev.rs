@@ -1,0 +1,105 @@
+//! `mcm dev`: a local control plane in one process — the embedded API server, our CRDs, and (as they land) the
+//! controllers on the in-memory cloud — with a kubeconfig for kubectl.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use crate::api::crds;
+use crate::apiserver::{ApiServer, ServerConfig};
+
+/// What `mcm dev` runs.
+#[derive(Clone, Debug)]
+pub struct DevOptions {
+    /// Where to listen; `None` means 127.0.0.1:6443, or the next free port.
+    pub listen: Option<SocketAddr>,
+    /// Where to write the kubeconfig.
+    pub kubeconfig_out: PathBuf,
+    /// Keep the API server's state here across restarts.
+    pub data_dir: Option<PathBuf>,
+    /// Run only the API server (no CRDs, no controllers, no sample).
+    pub apiserver_only: bool,
+}
+
+/// Why `mcm dev` could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    /// No port to listen on.
+    #[error("no free port between 127.0.0.1:6443 and 127.0.0.1:6463; choose one with --listen")]
+    NoFreePort,
+    /// The API server did not start.
+    #[error(transparent)]
+    Start(#[from] crate::apiserver::StartError),
+    /// The kubeconfig or client could not be made.
+    #[error(transparent)]
+    Client(#[from] crate::apiserver::ClientError),
+    /// Installing the CRDs failed.
+    #[error("could not install the CRD {name}: {source}")]
+    InstallCrd {
+        /// The CRD.
+        name: String,
+        /// The cause.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+const DEFAULT_PORT: u16 = 6443;
+
+/// The listen address: the one asked for, or 6443, or the next free port up to 6463.
+fn choose_listen(asked: Option<SocketAddr>) -> Result<SocketAddr, DevError> {
+    if let Some(addr) = asked {
+        return Ok(addr);
+    }
+    (DEFAULT_PORT..=DEFAULT_PORT + 20)
+        .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
+        .find(|addr| std::net::TcpListener::bind(addr).is_ok())
+        .ok_or(DevError::NoFreePort)
+}
+
+/// Installs (or updates) every CRD this project ships, with server-side apply.
+pub async fn install_crds(client: &kube::Client) -> Result<usize, DevError> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let files = crds::files().map_err(|e| DevError::InstallCrd { name: "all".into(), source: Box::new(e) })?;
+    let count = files.len();
+    for file in files {
+        let crd: CustomResourceDefinition = serde_yaml::from_str(&file.yaml)
+            .map_err(|e| DevError::InstallCrd { name: file.file_name.clone(), source: Box::new(e) })?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::apply("mcm-dev").force(), &Patch::Apply(&crd))
+            .await
+            .map_err(|e| DevError::InstallCrd { name: name.clone(), source: Box::new(e) })?;
+    }
+    Ok(count)
+}
+
+/// Runs `mcm dev` until `shutdown` resolves (Ctrl-C in the binary).
+pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DevError> {
+    let listen = choose_listen(options.listen)?;
+    println!("mcm dev: starting the embedded API server on {listen}");
+    let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
+    let server = ApiServer::start(config).await?;
+    server.write_kubeconfig(&options.kubeconfig_out)?;
+    let kubeconfig = std::fs::canonicalize(&options.kubeconfig_out).unwrap_or_else(|_| options.kubeconfig_out.clone());
+    if let Some(dir) = &options.data_dir {
+        println!("mcm dev: state is kept in {}", dir.display());
+    }
+    if !options.apiserver_only {
+        let client = server.client().await?;
+        let count = install_crds(&client).await?;
+        println!(
+            "mcm dev: installed {count} CRDs (machine.sapcloud.io, infrastructure.cluster.x-k8s.io, cluster.x-k8s.io)"
+        );
+    }
+    println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), server.url());
+    println!("  try: kubectl --kubeconfig {} get crds", kubeconfig.display());
+    println!("       kubectl --kubeconfig {} api-resources", kubeconfig.display());
+    println!("  stop with Ctrl-C");
+    shutdown.await;
+    println!("mcm dev: shutting down");
+    server.shutdown().await;
+    println!("mcm dev: stopped");
+    Ok(())
+}
