@@ -5,5 +5,6 @@
 
 pub mod api;
 pub mod apiserver;
+pub mod bench;
 pub mod cli;
 pub mod dev;

@@ -30,10 +30,29 @@ pub struct Cli {
 enum Command {
     /// Run a local control plane: the embedded API server with our CRDs, writing a kubeconfig for kubectl.
     Dev(DevArgs),
+    /// Measure speed and memory (see docs/benchmarks.md).
+    #[command(subcommand)]
+    Bench(BenchCommand),
     /// Print every CRD this project ships as YAML (ours and CAPI core's).
     Crds(CrdsArgs),
     /// Print the version, git commit and supported Cluster API contract.
     Version,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// The embedded API server: create throughput, list latency, watch fan-out latency, memory per object.
+    Apiserver {
+        /// Objects to create and list.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// Watchers for the fan-out measurement.
+        #[arg(long, default_value_t = 50)]
+        watchers: usize,
+        /// Parallel clients creating objects.
+        #[arg(long, default_value_t = 8)]
+        parallel: usize,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,6 +87,9 @@ pub enum CliError {
     /// The CRDs could not be produced.
     #[error(transparent)]
     Crds(#[from] api::crds::CrdError),
+    /// A benchmark failed.
+    #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
     /// `mcm dev` failed.
     #[error(transparent)]
     Dev(#[from] crate::dev::DevError),
@@ -99,6 +121,15 @@ pub fn run() -> ExitCode {
 fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Crds(args) => crds(args),
+        Command::Bench(BenchCommand::Apiserver { objects, watchers, parallel }) => {
+            init_logging();
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            let sizes = crate::bench::ApiserverBench { objects, watchers, parallel };
+            let report = runtime.block_on(crate::bench::apiserver(sizes))?;
+            let mut out = std::io::stdout().lock();
+            write_out(&mut out, &report)
+        }
         Command::Dev(args) => {
             init_logging();
             let options = crate::dev::DevOptions {
