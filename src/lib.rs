@@ -8,3 +8,4 @@ pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod dev;
+pub mod providers;

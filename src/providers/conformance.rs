@@ -1,0 +1,1 @@
+//! The reusable driver conformance suite (filled in with the in-memory driver).

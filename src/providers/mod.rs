@@ -1,0 +1,77 @@
+//! Cloud drivers behind one [`Driver`] trait, mirroring MCM's provider contract
+//! (`shared/reference/mcm-behaviour.md` §3): create, initialize, delete, status, list, volume IDs.
+//!
+//! Drivers know nothing of Kubernetes controllers: they get the machine, its class and the merged secret data,
+//! and answer with results or an [`DriverError`] carrying one of MCM's [`Code`]s, whose message is safe to show
+//! (never a credential). The [`DriverRegistry`] picks a driver by `MachineClass.provider`.
+
+pub mod conformance;
+mod error;
+pub mod inmemory;
+mod types;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use error::{Code, DriverError};
+pub use types::*;
+
+/// A cloud driver. Every method is idempotent; see `docs/adding-a-provider.md`.
+#[async_trait::async_trait]
+pub trait Driver: Send + Sync {
+    /// The `MachineClass.provider` value this driver serves (e.g. `AWS`, `InMemory`).
+    fn provider(&self) -> &str;
+
+    /// Creates the VM for a machine, or returns the existing one if it was created before.
+    async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError>;
+
+    /// Finishes setting up a created VM; `Unimplemented` when there is nothing to do.
+    async fn initialize_machine(&self, request: &MachineRequest) -> Result<InitializeMachineResponse, DriverError>;
+
+    /// Deletes the VM (and what belongs to it); an absent VM counts as deleted.
+    async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError>;
+
+    /// The VM's state: `NotFound` when there is none, `Uninitialized` when it awaits initialization,
+    /// `OutOfRange` when several VMs claim the machine.
+    async fn get_machine_status(&self, request: &MachineRequest) -> Result<MachineStatusResponse, DriverError>;
+
+    /// The VMs this class's cluster and role own: providerID -> machine name.
+    async fn list_machines(&self, request: &ListMachinesRequest) -> Result<BTreeMap<String, String>, DriverError>;
+
+    /// The cloud volume IDs behind persistent volumes this driver understands (others are skipped).
+    async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError>;
+}
+
+/// Drivers by provider name.
+#[derive(Clone, Default)]
+pub struct DriverRegistry {
+    drivers: BTreeMap<String, Arc<dyn Driver>>,
+}
+
+impl DriverRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a driver under its provider name.
+    pub fn register(&mut self, driver: Arc<dyn Driver>) {
+        self.drivers.insert(driver.provider().to_string(), driver);
+    }
+
+    /// The driver for `provider`, or `InvalidArgument` naming the providers that exist.
+    pub fn get(&self, provider: &str) -> Result<Arc<dyn Driver>, DriverError> {
+        self.drivers.get(provider).cloned().ok_or_else(|| {
+            let known: Vec<&str> = self.drivers.keys().map(String::as_str).collect();
+            DriverError::new(
+                Code::InvalidArgument,
+                format!("no driver for provider {provider:?} (this binary has: {})", known.join(", ")),
+            )
+        })
+    }
+
+    /// The provider names served.
+    pub fn providers(&self) -> Vec<String> {
+        self.drivers.keys().cloned().collect()
+    }
+}

@@ -1,0 +1,178 @@
+//! What drivers are asked and what they answer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
+use serde_json::Value;
+
+use crate::api::mcm::{NodeTemplate, NodeTemplateSpec};
+
+/// Secret data: the merged `secretRef` and `credentialsSecretRef` data, `userData` templated.
+///
+/// `Debug` never prints values, so a request can be logged safely.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct SecretData(pub BTreeMap<String, Vec<u8>>);
+
+impl SecretData {
+    /// The value of `key` as UTF-8 text.
+    pub fn text(&self, key: &str) -> Option<String> {
+        self.0.get(key).map(|v| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// The first of `keys` present, as text (providers accept aliases such as `userData`/`userdata`).
+    pub fn first_text(&self, keys: &[&str]) -> Option<String> {
+        keys.iter().find_map(|k| self.text(k))
+    }
+}
+
+impl fmt::Debug for SecretData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.0.keys().map(|k| (k, "<redacted>"))).finish()
+    }
+}
+
+/// The machine a request is about.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MachineInfo {
+    /// The Machine's name (VMs are tagged with it).
+    pub name: String,
+    /// The Machine's namespace.
+    pub namespace: String,
+    /// The providerID, once known.
+    pub provider_id: Option<String>,
+    /// Labels, annotations and taints for the Node.
+    pub node_template: Option<NodeTemplateSpec>,
+    /// The Machine's labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The class a request uses (an MCM MachineClass, or an MCMMachine's inline class).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClassInfo {
+    /// The class name (for messages).
+    pub name: String,
+    /// `MachineClass.provider`: which driver.
+    pub provider: String,
+    /// The driver's configuration.
+    pub provider_spec: Value,
+    /// Node resources for scale-from-zero.
+    pub node_template: Option<NodeTemplate>,
+}
+
+/// A request about one machine.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MachineRequest {
+    /// The machine.
+    pub machine: MachineInfo,
+    /// Its class.
+    pub class: ClassInfo,
+    /// Merged secret data, `userData` templated.
+    pub secret: SecretData,
+    /// Opaque state from the previous call (`status.lastKnownState`).
+    pub last_known_state: Option<String>,
+}
+
+/// The VM a create made (or found).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CreateMachineResponse {
+    /// The VM's provider ID, exactly as its Node will carry it.
+    pub provider_id: String,
+    /// The name the Node will have.
+    pub node_name: String,
+    /// Opaque state for the next call.
+    pub last_known_state: Option<String>,
+    /// Addresses (used when there is no target cluster).
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// The VM an initialization finished.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InitializeMachineResponse {
+    /// The VM's provider ID.
+    pub provider_id: String,
+    /// The Node's name.
+    pub node_name: String,
+    /// Addresses.
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// What a delete leaves.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeleteMachineResponse {
+    /// Opaque state for the next call.
+    pub last_known_state: Option<String>,
+}
+
+/// The VM's current state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MachineStatusResponse {
+    /// The VM's provider ID.
+    pub provider_id: String,
+    /// The Node's name.
+    pub node_name: String,
+    /// Addresses.
+    pub addresses: Vec<NodeAddress>,
+}
+
+/// A request to list a class's VMs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ListMachinesRequest {
+    /// The class (its cluster and role tags select the VMs).
+    pub class: ClassInfo,
+    /// Merged secret data.
+    pub secret: SecretData,
+}
+
+/// A request to map persistent volumes to cloud volume IDs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GetVolumeIdsRequest {
+    /// The volumes' specs.
+    pub pv_specs: Vec<PersistentVolumeSpec>,
+}
+
+/// Tag keys every driver puts on what it creates and selects by.
+pub mod tags {
+    /// Prefix of the cluster tag key (`kubernetes.io/cluster/<cluster>`).
+    pub const CLUSTER_PREFIX: &str = "kubernetes.io/cluster/";
+    /// Prefix of the role tag key (`kubernetes.io/role/<role>`).
+    pub const ROLE_PREFIX: &str = "kubernetes.io/role/";
+    /// The tag carrying the machine name on VMs of drivers without a name field.
+    pub const MACHINE_NAME: &str = "mcm.gardener.cloud/machine-name";
+
+    /// The cluster and role tag keys among `tags`, or a message naming what is missing.
+    pub fn ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        let keys: Vec<&String> = tags.into_iter().collect();
+        let cluster = keys.iter().find(|k| k.starts_with(CLUSTER_PREFIX) && k.len() > CLUSTER_PREFIX.len());
+        let role = keys.iter().find(|k| k.starts_with(ROLE_PREFIX) && k.len() > ROLE_PREFIX.len());
+        match (cluster, role) {
+            (Some(c), Some(r)) => Ok((c.to_string(), r.to_string())),
+            (None, _) => Err(format!("must contain a tag key {CLUSTER_PREFIX}<cluster name>")),
+            (_, None) => Err(format!("must contain a tag key {ROLE_PREFIX}<role>")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_debug_never_shows_values() {
+        let s = SecretData([("providerSecretAccessKey".to_string(), b"hunter2".to_vec())].into());
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("hunter2") && shown.contains("<redacted>"), "{shown}");
+        assert_eq!(s.first_text(&["missing", "providerSecretAccessKey"]).as_deref(), Some("hunter2"));
+    }
+
+    #[test]
+    fn ownership_tags_are_required() {
+        let ok = ["kubernetes.io/cluster/dev".to_string(), "kubernetes.io/role/node".to_string()];
+        assert_eq!(
+            tags::ownership(&ok).unwrap(),
+            ("kubernetes.io/cluster/dev".to_string(), "kubernetes.io/role/node".to_string())
+        );
+        assert!(tags::ownership(&ok[..1]).unwrap_err().contains("kubernetes.io/role/"));
+        assert!(tags::ownership(&[]).unwrap_err().contains("kubernetes.io/cluster/"));
+    }
+}
