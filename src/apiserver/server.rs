@@ -286,12 +286,16 @@ impl ApiServer {
         Ok(())
     }
 
+    /// The kube client configuration for this server (what the kubeconfig carries), to adjust before building a
+    /// client — e.g. `default_retry = false`, since kube-rs otherwise retries 429s (PDB-blocked evictions) for minutes.
+    pub async fn kube_config(&self) -> Result<kube::Config, ClientError> {
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())?;
+        Ok(kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?)
+    }
+
     /// A kube client for this server (the same configuration the kubeconfig carries).
     pub async fn client(&self) -> Result<kube::Client, ClientError> {
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_yaml())?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default()).await?;
-        Ok(kube::Client::try_from(config)?)
+        Ok(kube::Client::try_from(self.kube_config().await?)?)
     }
 
     /// Stops accepting connections, ends watches and waits for the listener to close.
