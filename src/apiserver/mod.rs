@@ -11,6 +11,7 @@ pub mod error;
 mod handlers;
 mod managed;
 pub mod object;
+pub mod printing;
 mod request;
 pub mod resources;
 pub mod schema;

@@ -3,6 +3,7 @@
 mod crud;
 mod custom;
 mod input;
+mod kubectl_get;
 mod lease;
 mod lifecycle;
 mod watch;
