@@ -17,7 +17,7 @@ use super::resources::{ResourceType, Special};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::{managed, strategic_merge, subresources, watch};
+use super::{managed, printing, strategic_merge, subresources, watch};
 
 /// A JSON response from a value.
 pub fn json_response(code: StatusCode, value: &Value) -> Response {
@@ -39,6 +39,8 @@ pub struct Ctx<'a> {
     pub query: &'a Query,
     /// Who writes: `fieldManager`, or the client's user agent.
     pub manager: String,
+    /// Set when a read asked for a server-side printed `Table` (Accept `as=Table`).
+    pub table: Option<printing::TableOptions>,
 }
 
 impl Ctx<'_> {
@@ -93,7 +95,14 @@ pub async fn resource(
         let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
         agent.split('/').next().unwrap_or("unknown").to_string()
     });
-    let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager };
+    let table = if method == Method::GET {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        printing::TableOptions::from_request(accept, query.include_object.as_deref())
+            .map_err(|e| ApiError::bad_request(e.to_string()))?
+    } else {
+        None
+    };
+    let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager, table };
     let read_body = |body| super::server::read_body(body, shared.config.max_body_bytes);
     let sub = path.subresource.as_deref();
     if let Some(sub) = sub {
@@ -112,6 +121,10 @@ pub async fn resource(
         ("GET", false, None) => list(&shared, &ctx),
         ("GET", true, None | Some("status")) => {
             let obj = ctx.require(&shared.lock())?;
+            if let Some(options) = ctx.table {
+                let table = printing::TableBuilder::new(&ctx.rt, ctx.version, options);
+                return Ok(json_response(StatusCode::OK, &table.object_table(&ctx.output(&obj), true)));
+            }
             Ok(json_response(StatusCode::OK, &ctx.output(&obj)))
         }
         ("GET", true, Some("scale")) => {
@@ -228,6 +241,9 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
     // Serialise item by item: no clone of stored objects unless the version needs converting.
     let mut items: Vec<u8> = Vec::new();
+    // Or, when kubectl asked for a table, one row per item.
+    let table = ctx.table.map(|options| printing::TableBuilder::new(&ctx.rt, ctx.version, options));
+    let mut rows = Vec::new();
     let mut count = 0usize;
     let mut last_key = None;
     let mut remaining = 0usize;
@@ -246,11 +262,15 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
             remaining += 1;
             continue;
         }
-        if count > 0 {
-            items.push(b',');
+        if let Some(table) = &table {
+            rows.push(table.row(served));
+        } else {
+            if count > 0 {
+                items.push(b',');
+            }
+            serde_json::to_writer(&mut items, served)
+                .map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
         }
-        serde_json::to_writer(&mut items, served)
-            .map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
         count += 1;
         last_key = Some(key.clone());
     }
@@ -263,6 +283,9 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
             .map_err(|e| ApiError::internal(format!("could not build a continue token: {e}")))?;
         metadata["continue"] = json!(base64::engine::general_purpose::STANDARD.encode(token));
         metadata["remainingItemCount"] = json!(remaining);
+    }
+    if let Some(table) = &table {
+        return Ok(json_response(StatusCode::OK, &table.table(rows, metadata, true)));
     }
     let head = json!({
         "kind": ctx.rt.list_kind,

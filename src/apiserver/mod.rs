@@ -13,6 +13,7 @@ mod handlers;
 mod managed;
 pub mod object;
 pub mod persist;
+pub mod printing;
 mod request;
 pub mod resources;
 pub mod schema;

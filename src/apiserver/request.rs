@@ -124,6 +124,8 @@ pub struct Query {
     pub propagation_policy: Option<String>,
     /// `fieldValidation` (Strict, Warn, Ignore).
     pub field_validation: Option<String>,
+    /// `includeObject` (None, Metadata, Object): what rows of a server-side printed table carry.
+    pub include_object: Option<String>,
 }
 
 fn truthy(value: &str) -> bool {
@@ -158,6 +160,7 @@ pub fn parse_query(query: Option<&str>) -> Result<Query, ApiError> {
             "force" => q.force = truthy(&value),
             "propagationPolicy" => q.propagation_policy = Some(value),
             "fieldValidation" => q.field_validation = Some(value),
+            "includeObject" => q.include_object = Some(value),
             _ => {}
         }
     }

@@ -5,6 +5,7 @@
 //! events for every existing object. Bookmarks carry the newest resourceVersion this watch has seen.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,6 +19,7 @@ use super::convert;
 use super::error::ApiError;
 use super::handlers::{Ctx, matches};
 use super::object;
+use super::printing;
 use super::resources::{GroupResource, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
@@ -32,6 +34,10 @@ struct Filter {
     labels: LabelSelector,
     fields: FieldSelector,
     convert: bool,
+    /// Server-side printing: each event's object is a one-row Table.
+    table: Option<printing::TableBuilder>,
+    /// Only the first table carries column definitions, as kube-apiserver sends them (kubectl reuses them).
+    headers_sent: AtomicBool,
 }
 
 impl Filter {
@@ -75,6 +81,14 @@ impl Filter {
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
+        if let Some(table) = &self.table {
+            let headers = !self.headers_sent.swap(true, Ordering::Relaxed);
+            let served = self.served(object);
+            let table = table.object_table(served.as_ref().unwrap_or(object), headers);
+            out.extend_from_slice(&serde_json::to_vec(&table).unwrap_or_default());
+            out.extend_from_slice(b"}\n");
+            return Bytes::from(out);
+        }
         match (self.served(object), event) {
             (Some(served), _) => out.extend_from_slice(&serde_json::to_vec(&served).unwrap_or_default()),
             (None, Some(event)) => out.extend_from_slice(&event.object_json()),
@@ -89,10 +103,14 @@ impl Filter {
         if initial_events_end {
             metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
         }
-        let event = json!({
-            "type": "BOOKMARK",
-            "object": { "kind": self.rt.kind, "apiVersion": self.rt.api_version(&self.version), "metadata": metadata },
-        });
+        let object = match &self.table {
+            // A table without rows: kubectl prints nothing for it.
+            Some(table) => table.table(Vec::new(), json!({ "resourceVersion": rv.to_string() }), false),
+            None => {
+                json!({ "kind": self.rt.kind, "apiVersion": self.rt.api_version(&self.version), "metadata": metadata })
+            }
+        };
+        let event = json!({ "type": "BOOKMARK", "object": object });
         let mut bytes = serde_json::to_vec(&event).unwrap_or_default();
         bytes.push(b'\n');
         Bytes::from(bytes)
@@ -130,6 +148,8 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
         labels,
         fields,
         convert: convert::needs_output_conversion(&ctx.rt, ctx.version),
+        table: ctx.table.map(|options| printing::TableBuilder::new(&ctx.rt, ctx.version, options)),
+        headers_sent: AtomicBool::new(false),
     };
     let from = match ctx.query.resource_version.as_deref() {
         None | Some("0") => None,

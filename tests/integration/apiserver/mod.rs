@@ -5,6 +5,7 @@ mod crud;
 mod custom;
 mod faults;
 mod input;
+mod kubectl_get;
 mod lease;
 mod lifecycle;
 mod watch;
