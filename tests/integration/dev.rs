@@ -4,22 +4,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs kubectl against a kubeconfig with a private cache directory.
-pub fn kubectl(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let cache = kubeconfig.with_extension("kubectl-cache");
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(&cache)
-        .args(args)
-        .output()
-        .expect("kubectl is installed (.ci/run installs Debian's kubernetes-client)");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
-}
+use crate::support::Kubectl;
 
-#[test]
-fn mcm_dev_serves_kubectl_and_stops_on_ctrl_c() {
+#[tokio::test]
+async fn mcm_dev_serves_kubectl_and_stops_on_ctrl_c() {
     let dir = std::env::temp_dir().join(format!("mcm-dev-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = dir.join("kubeconfig");
@@ -41,11 +29,10 @@ fn mcm_dev_serves_kubectl_and_stops_on_ctrl_c() {
     };
     assert!(ready.contains(kubeconfig.file_name().unwrap().to_str().unwrap()), "{ready}");
 
-    let (ok, stdout, stderr) = kubectl(&kubeconfig, &["get", "crds", "-o", "name"]);
-    assert!(ok, "{stderr}");
-    assert!(stdout.contains("customresourcedefinition.apiextensions.k8s.io/machines.machine.sapcloud.io"), "{stdout}");
-    let (ok, _, stderr) = kubectl(&kubeconfig, &["get", "nodes"]);
-    assert!(ok, "{stderr}");
+    let kubectl = Kubectl::for_kubeconfig(&kubeconfig);
+    let crds = kubectl.run(&["get", "crds", "-o", "name"]).await;
+    assert!(crds.contains("customresourcedefinition.apiextensions.k8s.io/machines.machine.sapcloud.io"), "{crds}");
+    kubectl.run(&["get", "nodes"]).await;
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());

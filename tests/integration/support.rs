@@ -46,3 +46,69 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The real `kubectl` against one kubeconfig, with a fresh discovery cache (removed when dropped).
+pub struct Kubectl {
+    dir: std::path::PathBuf,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Kubectl {
+    /// kubectl for a server of this process (writes its kubeconfig into a fresh directory).
+    pub fn new(server: &ApiServer) -> Self {
+        let dir = std::env::temp_dir().join(format!("mcm-kubectl-{}", uuid::Uuid::new_v4()));
+        let kubeconfig = dir.join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        Kubectl { dir, kubeconfig }
+    }
+
+    /// kubectl for an existing kubeconfig file (e.g. one `mcm dev` wrote).
+    pub fn for_kubeconfig(kubeconfig: &std::path::Path) -> Self {
+        let dir = std::env::temp_dir().join(format!("mcm-kubectl-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        Kubectl { dir, kubeconfig: kubeconfig.to_path_buf() }
+    }
+
+    /// The directory for files a test wants next to the kubeconfig (manifests ...).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// A kubectl command with the kubeconfig and cache set.
+    pub fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new("kubectl");
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.dir.join("cache"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    /// Runs kubectl to completion: success, standard output, standard error.
+    pub async fn try_run(&self, args: &[&str]) -> (bool, String, String) {
+        let output = tokio::time::timeout(Duration::from_secs(120), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
+            .expect("kubectl is installed (.ci/run installs Debian's kubernetes-client)");
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+        (output.status.success(), stdout, stderr)
+    }
+
+    /// Runs kubectl to completion; its standard output, failing the test when it fails.
+    pub async fn run(&self, args: &[&str]) -> String {
+        let (ok, stdout, stderr) = self.try_run(args).await;
+        assert!(ok, "kubectl {args:?} failed: {stderr}\n{stdout}");
+        stdout
+    }
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,7 +1,6 @@
 //! Server-side printing seen through the real `kubectl get`: the columns of CRDs' `additionalPrinterColumns` and
 //! of kube's built-in printers, `-o wide`, `-A`, and `-w`; and the raw `Table` responses behind them.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -9,59 +8,14 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use mcm::apiserver::ApiServer;
 use regex::Regex;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::support::{install_crds, start};
+use crate::support::{Kubectl, install_crds, start};
 
 const TABLE: &str =
     "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
-
-/// `kubectl` against one server, with its own kubeconfig and a fresh discovery cache.
-struct Kubectl {
-    dir: PathBuf,
-}
-
-impl Kubectl {
-    fn new(server: &ApiServer) -> Self {
-        let dir = std::env::temp_dir().join(format!("mcm-kubectl-{}", uuid::Uuid::new_v4()));
-        server.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
-        Kubectl { dir }
-    }
-
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new("kubectl");
-        command
-            .arg("--kubeconfig")
-            .arg(self.dir.join("kubeconfig"))
-            .arg("--cache-dir")
-            .arg(self.dir.join("cache"))
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
-    }
-
-    /// Runs kubectl to completion; its standard output, failing the test when it fails.
-    async fn run(&self, args: &[&str]) -> String {
-        let output = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
-            .await
-            .unwrap_or_else(|_| panic!("kubectl {args:?} timed out"))
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "kubectl {args:?} failed: {stderr}\n{stdout}");
-        stdout
-    }
-}
-
-impl Drop for Kubectl {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// kubectl's table output as rows of cells: each line is cut at the offsets where the header's columns start
 /// (tabwriter aligns every cell under its header), so empty cells stay empty strings.
