@@ -17,7 +17,7 @@ use super::resources::{ResourceType, Special};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::{managed, strategic_merge, subresources, watch};
+use super::{field_validation, managed, strategic_merge, subresources, watch};
 
 /// A JSON response from a value.
 pub fn json_response(code: StatusCode, value: &Value) -> Response {
@@ -119,17 +119,19 @@ pub async fn resource(
             Ok(json_response(StatusCode::OK, &subresources::scale_view(&ctx, &obj)))
         }
         ("POST", false, None) => {
-            let body = parse_body(&headers, &read_body(body).await?)?;
-            create(&shared, &ctx, body, false)
+            let raw = read_body(body).await?;
+            let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
+            create(&shared, &ctx, checked.body, false).map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
             subresources::evict(&shared, &ctx, body)
         }
         ("PUT", true, None | Some("status")) => {
-            let body = parse_body(&headers, &read_body(body).await?)?;
+            let raw = read_body(body).await?;
+            let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
             let part = if sub == Some("status") { Part::Status } else { Part::Main };
-            update(&shared, &ctx, body, part)
+            update(&shared, &ctx, checked.body, part).map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("PUT", true, Some("scale")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -455,7 +457,9 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
                 .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
             object::set_meta(&mut body, "name", json!(key.1));
             drop(store);
-            return create(shared, ctx, body, true);
+            let checked = field_validation::check_patched(ctx, None, body)?;
+            return create(shared, ctx, checked.body, true)
+                .map(|r| field_validation::with_warnings(r, &checked.warnings));
         }
         None => return Err(ApiError::not_found(ctx.subject(&key.1))),
     };
@@ -479,9 +483,11 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
         None
     };
     let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
+    let json_patch = matches!(pt, PatchType::Merge | PatchType::Json | PatchType::Strategic);
+    let checked = field_validation::check_patched(ctx, json_patch.then_some(raw), patched)?;
     let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
-    let result = commit_update(&mut store, ctx, &current, patched, part, false, applied.as_ref())?;
-    Ok(json_response(StatusCode::OK, &result))
+    let result = commit_update(&mut store, ctx, &current, checked.body, part, false, applied.as_ref())?;
+    Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &checked.warnings))
 }
 
 /// Propagation policy from the body's DeleteOptions or the query.

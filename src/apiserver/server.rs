@@ -21,7 +21,7 @@ use super::handlers::json_response;
 use super::request::{Target, parse_path, parse_query};
 use super::resources::GroupResource;
 use super::store::Store;
-use super::{discovery, handlers, tls};
+use super::{discovery, handlers, openapi, tls};
 
 /// How a server is started.
 #[derive(Clone, Debug)]
@@ -65,6 +65,8 @@ pub struct Shared {
     pub close_watches: watch::Sender<u64>,
     open_watches: AtomicUsize,
     address: String,
+    /// OpenAPI documents of the latest registry generation.
+    openapi: openapi::Cache,
 }
 
 impl Shared {
@@ -194,6 +196,7 @@ impl ApiServer {
             close_watches,
             open_watches: AtomicUsize::new(0),
             address: addr.to_string(),
+            openapi: openapi::Cache::default(),
         });
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -371,7 +374,10 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
                 None => Err(ApiError::no_route(parts.uri.path())),
             }
         }
-        Target::OpenApi(_) => Err(ApiError::no_route(parts.uri.path())),
+        Target::OpenApi(rest) => {
+            let registry = shared.lock().registry.clone();
+            get_only(openapi::respond(&shared.openapi, &registry, &rest, parts.uri.query(), &parts.headers)?)
+        }
         Target::Resource(path) => {
             let query = parse_query(parts.uri.query())?;
             handlers::resource(shared, parts.method, path, query, parts.headers, body).await

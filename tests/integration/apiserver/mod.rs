@@ -3,6 +3,7 @@
 mod crud;
 mod custom;
 mod input;
+mod kubectl_openapi;
 mod lease;
 mod lifecycle;
 mod watch;

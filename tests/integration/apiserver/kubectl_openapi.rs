@@ -1,0 +1,210 @@
+//! The real kubectl against the embedded server: `apply` with its default strict validation (which reads the
+//! OpenAPI v3 documents and leaves validation to the server), `explain`, `create`, and server-side field
+//! validation as kubectl reports it. kubectl must be on PATH (CI installs it): a missing kubectl fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mcm::apiserver::ApiServer;
+use serde_json::Value;
+
+use crate::support::{install_crds, start};
+
+/// A started server, its kubeconfig and a private kubectl cache directory, removed at the end.
+struct Kubectl {
+    _server: ApiServer,
+    dir: PathBuf,
+}
+
+impl Drop for Kubectl {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+struct Output {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl {
+    async fn start() -> Kubectl {
+        let (server, client) = start().await;
+        install_crds(&client).await;
+        let dir = std::env::temp_dir().join(format!("mcm-kubectl-openapi-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        server.write_kubeconfig(&dir.join("kubeconfig")).unwrap();
+        Kubectl { _server: server, dir }
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    /// Runs kubectl off the async runtime (the server answers on it).
+    async fn run(&self, args: &[&str]) -> Output {
+        let kubeconfig = self.dir.join("kubeconfig");
+        let cache = self.dir.join("cache");
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        tokio::task::spawn_blocking(move || {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--cache-dir")
+                .arg(&cache)
+                .args(&args)
+                .output()
+                .unwrap_or_else(|e| panic!("kubectl must be installed and on PATH: {e}"));
+            Output {
+                ok: out.status.success(),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        })
+        .await
+        .unwrap()
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(out.ok, "kubectl {args:?} failed:\n{}\n{}", out.stdout, out.stderr);
+        out.stdout
+    }
+}
+
+const MANIFEST: &str = r#"apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: settings
+  namespace: default
+data:
+  mode: fast
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineDeployment
+metadata:
+  name: workers
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      pool: workers
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxSurge: 1
+      maxUnavailable: 0
+  template:
+    metadata:
+      labels:
+        pool: workers
+    spec:
+      class:
+        kind: MachineClass
+        name: small
+"#;
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[tokio::test]
+async fn apply_creates_then_reports_unchanged() {
+    let k = Kubectl::start().await;
+    let manifest = k.file("manifest.yaml", MANIFEST);
+    let first = k.ok(&["apply", "-f", path(&manifest)]).await;
+    assert!(first.contains("configmap/settings created"), "{first}");
+    assert!(first.contains("machinedeployment.machine.sapcloud.io/workers created"), "{first}");
+    let second = k.ok(&["apply", "-f", path(&manifest)]).await;
+    assert!(second.contains("configmap/settings unchanged"), "{second}");
+    assert!(second.contains("machinedeployment.machine.sapcloud.io/workers unchanged"), "{second}");
+
+    // A change goes through the patch path (strategic merge for the ConfigMap, merge patch for the CR).
+    let changed =
+        k.file("changed.yaml", &MANIFEST.replace("mode: fast", "mode: slow").replace("replicas: 2", "replicas: 3"));
+    let third = k.ok(&["apply", "-f", path(&changed)]).await;
+    assert!(third.contains("configmap/settings configured"), "{third}");
+    assert!(third.contains("machinedeployment.machine.sapcloud.io/workers configured"), "{third}");
+    let json = k.ok(&["get", "machinedeployments.machine.sapcloud.io", "workers", "-o", "json"]).await;
+    let md: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(md["spec"]["replicas"], 3);
+    assert_eq!(md["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
+}
+
+#[tokio::test]
+async fn apply_with_an_unknown_field_fails_naming_it() {
+    let k = Kubectl::start().await;
+    let bad_cr = k.file("bad-cr.yaml", &MANIFEST.replace("  replicas: 2\n", "  replicas: 2\n  replicaz: 5\n"));
+    let out = k.run(&["apply", "-f", path(&bad_cr)]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(out.stderr.contains(r#"strict decoding error: unknown field "spec.replicaz""#), "{}", out.stderr);
+
+    let bad_cm = k.file("bad-cm.yaml", &MANIFEST.replace("\ndata:\n", "\ndatta:\n  x: y\ndata:\n"));
+    let out = k.run(&["apply", "-f", path(&bad_cm)]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(out.stderr.contains(r#"strict decoding error: unknown field "datta""#), "{}", out.stderr);
+
+    // On the patch path too, once the objects exist.
+    let good = k.file("good.yaml", MANIFEST);
+    k.ok(&["apply", "-f", path(&good)]).await;
+    let out = k.run(&["apply", "-f", path(&bad_cr)]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(out.stderr.contains(r#"unknown field "spec.replicaz""#), "{}", out.stderr);
+    let out = k.run(&["apply", "-f", path(&bad_cm)]).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(out.stderr.contains(r#"strict decoding error: unknown field "datta""#), "{}", out.stderr);
+
+    // Warn: accepted, the field dropped and reported.
+    let out = k.run(&["apply", "--validate=warn", "-f", path(&bad_cm)]).await;
+    assert!(out.ok, "{}\n{}", out.stdout, out.stderr);
+    assert!(out.stderr.contains(r#"Warning: unknown field "datta""#), "{}", out.stderr);
+    let cm: Value = serde_json::from_str(&k.ok(&["get", "configmap", "settings", "-o", "json"]).await).unwrap();
+    assert!(cm.get("datta").is_none(), "{cm}");
+
+    // Ignore (--validate=false): accepted silently.
+    let out = k.run(&["apply", "--validate=false", "-f", path(&bad_cr)]).await;
+    assert!(out.ok, "{}\n{}", out.stdout, out.stderr);
+    assert!(!out.stderr.contains("unknown field"), "{}", out.stderr);
+}
+
+#[tokio::test]
+async fn explain_prints_field_docs_of_custom_and_builtin_kinds() {
+    let k = Kubectl::start().await;
+    let strategy = k.ok(&["explain", "machinedeployments.machine.sapcloud.io.spec.strategy"]).await;
+    assert!(strategy.contains("GROUP:      machine.sapcloud.io"), "{strategy}");
+    assert!(strategy.contains("KIND:       MachineDeployment"), "{strategy}");
+    assert!(strategy.contains("VERSION:    v1alpha1"), "{strategy}");
+    assert!(strategy.contains("FIELD: strategy <Object>"), "{strategy}");
+    assert!(strategy.contains("rollingUpdate\t<Object>"), "{strategy}");
+    assert!(strategy.contains("The deployment strategy to use"), "{strategy}");
+
+    let containers = k.ok(&["explain", "pods.spec.containers"]).await;
+    assert!(containers.contains("KIND:       Pod"), "{containers}");
+    assert!(containers.contains("FIELD: containers <[]Container>"), "{containers}");
+    assert!(containers.contains("image\t<string>"), "{containers}");
+    assert!(containers.contains("name\t<string> -required-"), "{containers}");
+
+    let top = k.ok(&["explain", "configmaps"]).await;
+    assert!(top.contains("metadata\t<ObjectMeta>"), "{top}");
+}
+
+#[tokio::test]
+async fn create_works_and_refuses_unknown_fields() {
+    let k = Kubectl::start().await;
+    let manifest = k.file("manifest.yaml", MANIFEST);
+    let out = k.ok(&["create", "-f", path(&manifest)]).await;
+    assert!(out.contains("configmap/settings created"), "{out}");
+    assert!(out.contains("machinedeployment.machine.sapcloud.io/workers created"), "{out}");
+    let again = k.run(&["create", "-f", path(&manifest)]).await;
+    assert!(!again.ok);
+    assert!(again.stderr.contains("already exists"), "{}", again.stderr);
+
+    let bad = k.file("bad.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n  bogus: 1\ndata: {}\n");
+    let out = k.run(&["create", "-f", path(&bad)]).await;
+    assert!(!out.ok);
+    assert!(out.stderr.contains(r#"unknown field "metadata.bogus""#), "{}", out.stderr);
+}
