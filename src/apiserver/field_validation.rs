@@ -8,7 +8,7 @@
 //! "Unknown" is what the type would not keep: for custom resources what pruning removes (see
 //! [`super::schema::StructuralSchema::unknown_fields`]), for built-in kinds what the k8s-openapi type does not
 //! declare (its generated schema, see [`super::openapi::builtin_components`]); `metadata` is checked against
-//! `ObjectMeta` for both. Duplicates are found in JSON request bodies.
+//! `ObjectMeta` for both. Duplicates are looked for in the request body or patch, JSON or YAML.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -49,12 +49,24 @@ fn join(path: &str, key: &str) -> String {
     if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
 }
 
-/// Fields given more than once in a JSON document (later values win when decoding, as in Go).
-pub fn duplicate_fields(raw: &[u8]) -> Vec<String> {
+/// A request document to look for duplicate fields in.
+#[derive(Clone, Copy, Debug)]
+pub enum Raw<'a> {
+    /// A JSON body or patch.
+    Json(&'a [u8]),
+    /// A YAML body or apply patch.
+    Yaml(&'a [u8]),
+}
+
+/// Fields given more than once (later values win when decoding, in JSON as in YAML).
+pub fn duplicate_fields(raw: Raw<'_>) -> Vec<String> {
     let mut out = Vec::new();
-    let mut de = serde_json::Deserializer::from_slice(raw);
+    let seed = Duplicates { path: String::new(), out: &mut out };
     // A body that does not parse was already refused; nothing to add then.
-    let _ = Duplicates { path: String::new(), out: &mut out }.deserialize(&mut de);
+    let _parsed = match raw {
+        Raw::Json(bytes) => seed.deserialize(&mut serde_json::Deserializer::from_slice(bytes)).is_ok(),
+        Raw::Yaml(bytes) => seed.deserialize(serde_yaml::Deserializer::from_slice(bytes)).is_ok(),
+    };
     out
 }
 
@@ -99,6 +111,10 @@ impl<'de> Visitor<'de> for Duplicates<'_> {
     }
 
     fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
         Ok(())
     }
 
@@ -240,12 +256,13 @@ pub struct Checked {
     pub warnings: Vec<String>,
 }
 
-fn is_json(headers: &HeaderMap) -> bool {
+/// The body as its content type says it is written.
+fn raw_body<'a>(headers: &HeaderMap, raw: &'a [u8]) -> Raw<'a> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    ct.is_empty() || ct.contains("json")
+    if ct.contains("yaml") { Raw::Yaml(raw) } else { Raw::Json(raw) }
 }
 
-fn problems(ctx: &Ctx<'_>, raw: Option<&[u8]>, body: &mut Value, directive: Directive) -> Vec<String> {
+fn problems(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, body: &mut Value, directive: Directive) -> Vec<String> {
     // Ignore reports nothing, so duplicates need not be looked for (the last value already won).
     let raw = raw.filter(|_| directive != Directive::Ignore);
     let mut found: Vec<String> =
@@ -255,11 +272,10 @@ fn problems(ctx: &Ctx<'_>, raw: Option<&[u8]>, body: &mut Value, directive: Dire
     found
 }
 
-/// Checks the body of a create or update (`raw`: the request body, looked at for duplicates when it is JSON).
+/// Checks the body of a create or update (`raw`: the request body, looked at for duplicates).
 pub fn check_body(ctx: &Ctx<'_>, headers: &HeaderMap, raw: &[u8], mut body: Value) -> Result<Checked, ApiError> {
     let directive = directive(ctx.query.field_validation.as_deref())?;
-    let raw = is_json(headers).then_some(raw);
-    let found = problems(ctx, raw, &mut body, directive);
+    let found = problems(ctx, Some(raw_body(headers, raw)), &mut body, directive);
     match directive {
         Directive::Strict if !found.is_empty() => {
             let kind = body.get("kind").and_then(Value::as_str).unwrap_or(&ctx.rt.kind).to_string();
@@ -279,8 +295,8 @@ pub fn check_body(ctx: &Ctx<'_>, headers: &HeaderMap, raw: &[u8], mut body: Valu
     }
 }
 
-/// Checks the result of a patch (`raw`: the patch, looked at for duplicates when `raw_is_json`).
-pub fn check_patched(ctx: &Ctx<'_>, raw: Option<&[u8]>, mut patched: Value) -> Result<Checked, ApiError> {
+/// Checks the result of a patch (`raw`: the patch, looked at for duplicates).
+pub fn check_patched(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, mut patched: Value) -> Result<Checked, ApiError> {
     let directive = directive(ctx.query.field_validation.as_deref())?;
     let found = problems(ctx, raw, &mut patched, directive);
     match directive {
@@ -317,10 +333,14 @@ mod tests {
     #[test]
     fn duplicates_are_found_with_their_path() {
         let raw = br#"{"a": 1, "spec": {"x": [{"b": 1, "b": 2}], "y": 1, "y": 2}, "a": 3}"#;
-        let mut found = duplicate_fields(raw);
+        let mut found = duplicate_fields(Raw::Json(raw));
         found.sort();
         assert_eq!(found, vec!["a", "spec.x[0].b", "spec.y"]);
-        assert!(duplicate_fields(br#"{"a": {"a": 1}}"#).is_empty());
+        assert!(duplicate_fields(Raw::Json(br#"{"a": {"a": 1}}"#)).is_empty());
+        let yaml = b"a: 1\nspec:\n  x:\n  - b: 1\n    b: 2\n";
+        assert_eq!(duplicate_fields(Raw::Yaml(yaml)), vec!["spec.x[0].b"]);
+        // The YAML parser itself keeps the last value silently: this is the only place duplicates show.
+        assert_eq!(serde_yaml::from_slice::<Value>(yaml).unwrap()["spec"]["x"][0]["b"], 2);
     }
 
     #[test]

@@ -457,7 +457,7 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
                 .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
             object::set_meta(&mut body, "name", json!(key.1));
             drop(store);
-            let checked = field_validation::check_patched(ctx, None, body)?;
+            let checked = field_validation::check_patched(ctx, Some(field_validation::Raw::Yaml(raw)), body)?;
             return create(shared, ctx, checked.body, true)
                 .map(|r| field_validation::with_warnings(r, &checked.warnings));
         }
@@ -483,8 +483,9 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
         None
     };
     let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
-    let json_patch = matches!(pt, PatchType::Merge | PatchType::Json | PatchType::Strategic);
-    let checked = field_validation::check_patched(ctx, json_patch.then_some(raw), patched)?;
+    let raw_patch =
+        if pt == PatchType::Apply { field_validation::Raw::Yaml(raw) } else { field_validation::Raw::Json(raw) };
+    let checked = field_validation::check_patched(ctx, Some(raw_patch), patched)?;
     let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
     let result = commit_update(&mut store, ctx, &current, checked.body, part, false, applied.as_ref())?;
     Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &checked.warnings))

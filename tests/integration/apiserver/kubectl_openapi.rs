@@ -1,6 +1,7 @@
 //! The real kubectl against the embedded server: `apply` with its default strict validation (which reads the
 //! OpenAPI v3 documents and leaves validation to the server), `explain`, `create`, and server-side field
-//! validation as kubectl reports it. kubectl must be on PATH (CI installs it): a missing kubectl fails.
+//! validation as kubectl reports it (and, over plain HTTP, each directive's codes, messages and `Warning` headers).
+//! kubectl must be on PATH (CI installs it): a missing kubectl fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -207,4 +208,96 @@ async fn create_works_and_refuses_unknown_fields() {
     let out = k.run(&["create", "-f", path(&bad)]).await;
     assert!(!out.ok);
     assert!(out.stderr.contains(r#"unknown field "metadata.bogus""#), "{}", out.stderr);
+}
+
+/// A raw request: status, `Warning` headers and the body as JSON.
+async fn send(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<String>, Value) {
+    let mut request = http::Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(body.as_bytes().to_vec()).unwrap();
+    let response = client.send(request.map(kube::client::Body::from)).await.unwrap();
+    let status = response.status().as_u16();
+    let warnings =
+        response.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_string()).collect::<Vec<_>>();
+    let bytes = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
+    (status, warnings, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn field_validation_directives_over_http() {
+    let (_server, client) = start().await;
+    install_crds(&client).await;
+    let json = [("content-type", "application/json")];
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let body =
+        r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "1", "k": "2"}, "x": 1}"#;
+
+    let (code, _, status) = send(&client, "POST", &format!("{cms}?fieldValidation=Strict"), &json, body).await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        r#"ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: duplicate field "data.k", unknown field "x""#
+    );
+
+    // The default is Warn: stored without the unknown field, one header per problem.
+    let (code, warnings, created) = send(&client, "POST", cms, &json, body).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(warnings, vec![r#"299 - "duplicate field \"data.k\"""#, r#"299 - "unknown field \"x\"""#]);
+    assert!(created.get("x").is_none());
+    assert_eq!(created["data"]["k"], "2");
+
+    let body_b = body.replace("\"a\"", "\"b\"");
+    let (code, warnings, created) =
+        send(&client, "POST", &format!("{cms}?fieldValidation=Ignore"), &json, &body_b).await;
+    assert_eq!((code, warnings.len()), (201, 0));
+    assert!(created.get("x").is_none());
+
+    // YAML bodies and patches: duplicates are found there too; a strict patch is a 422 about `patch`.
+    let yaml = [("content-type", "application/yaml")];
+    let doc = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  name: c\n";
+    let (code, _, status) = send(&client, "POST", &format!("{cms}?fieldValidation=Strict"), &yaml, doc).await;
+    assert_eq!(code, 400, "{status}");
+    assert!(status["message"].as_str().unwrap().ends_with(r#"duplicate field "metadata.name""#), "{status}");
+    let merge = [("content-type", "application/merge-patch+json")];
+    let (code, _, status) =
+        send(&client, "PATCH", &format!("{cms}/a?fieldValidation=Strict"), &merge, r#"{"spec": {"y": 1}}"#).await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["details"]["causes"][0]["field"], "patch");
+    assert!(
+        status["message"].as_str().unwrap().ends_with(r#"strict decoding error: unknown field "spec""#),
+        "{status}"
+    );
+    let (code, _, status) = send(&client, "POST", &format!("{cms}?fieldValidation=strict"), &json, "{}").await;
+    assert_eq!(code, 400, "{status}");
+
+    // Custom resources: what pruning removes is unknown.
+    let mds = "/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machinedeployments";
+    let md = r#"{"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment", "metadata": {"name": "m"},
+                 "spec": {"replicaz": 1, "template": {"spec": {"class": {"name": "c"}}}}}"#;
+    let (code, _, status) = send(&client, "POST", &format!("{mds}?fieldValidation=Strict"), &json, md).await;
+    assert_eq!(code, 400, "{status}");
+    assert!(status["message"].as_str().unwrap().ends_with(r#"unknown field "spec.replicaz""#), "{status}");
+    let (code, warnings, created) = send(&client, "POST", mds, &json, md).await;
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(warnings, vec![r#"299 - "unknown field \"spec.replicaz\"""#]);
+    assert!(created["spec"].get("replicaz").is_none());
+
+    // OpenAPI: JSON is served, protobuf-only gets 406.
+    let (code, _, index) = send(&client, "GET", "/openapi/v3", &[("accept", "application/json")], "").await;
+    assert_eq!(code, 200);
+    assert!(index["paths"]["apis/machine.sapcloud.io/v1alpha1"]["serverRelativeURL"].is_string());
+    let protobuf = [("accept", "application/com.github.proto-openapi.spec.v2@v1.0+protobuf")];
+    let (code, _, status) = send(&client, "GET", "/openapi/v2", &protobuf, "").await;
+    assert_eq!((code, status["reason"].as_str()), (406, Some("NotAcceptable")));
+    let (code, _, v2) = send(&client, "GET", "/openapi/v2", &[("accept", "application/json")], "").await;
+    assert_eq!(code, 200);
+    assert_eq!(v2["swagger"], "2.0");
 }
