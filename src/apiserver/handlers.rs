@@ -17,7 +17,7 @@ use super::resources::{ResourceType, Special};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::{managed, printing, strategic_merge, subresources, watch};
+use super::{field_validation, managed, printing, strategic_merge, subresources, watch};
 
 /// A JSON response from a value.
 pub fn json_response(code: StatusCode, value: &Value) -> Response {
@@ -132,17 +132,19 @@ pub async fn resource(
             Ok(json_response(StatusCode::OK, &subresources::scale_view(&ctx, &obj)))
         }
         ("POST", false, None) => {
-            let body = parse_body(&headers, &read_body(body).await?)?;
-            create(&shared, &ctx, body, false)
+            let raw = read_body(body).await?;
+            let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
+            create(&shared, &ctx, checked.body, false).map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
             subresources::evict(&shared, &ctx, body)
         }
         ("PUT", true, None | Some("status")) => {
-            let body = parse_body(&headers, &read_body(body).await?)?;
+            let raw = read_body(body).await?;
+            let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
             let part = if sub == Some("status") { Part::Status } else { Part::Main };
-            update(&shared, &ctx, body, part)
+            update(&shared, &ctx, checked.body, part).map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("PUT", true, Some("scale")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -187,6 +189,13 @@ pub fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
     } else if ct.is_empty() || ct.contains("json") {
         serde_json::from_slice(raw)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?
+    } else if ct.contains("protobuf") {
+        return Err(ApiError::with_code(
+            415,
+            "UnsupportedMediaType",
+            "the embedded API server speaks JSON and YAML, not protobuf (kubectl's imperative `create <kind>` \
+             generators send protobuf): write the object to a file and use `kubectl create -f` or `kubectl apply -f`",
+        ));
     } else {
         return Err(ApiError::unsupported_media_type(&ct, &["application/json", "application/yaml"]));
     };
@@ -397,10 +406,9 @@ fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
 /// Applies a patch document to a served object.
 pub fn apply_patch(ctx: &Ctx<'_>, kind: PatchKind<'_>, target: &Value, raw: &[u8]) -> Result<Value, ApiError> {
     let name = ctx.path.name.clone().unwrap_or_default();
+    // Like kube-apiserver: a 422 without object details, so clients print the reason itself.
     let invalid_patch = |e: String| {
-        let mut err = ApiError::with_code(422, "Invalid", format!("the patch could not be applied: {e}"));
-        err.details = Some(json!({"name": name, "group": ctx.rt.gr.group, "kind": ctx.rt.gr.resource}));
-        err
+        ApiError::with_code(422, "Invalid", format!("the patch to {} \"{name}\" could not be applied: {e}", ctx.rt.gr))
     };
     let parse_json = |raw: &[u8]| -> Result<Value, ApiError> {
         serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
@@ -478,7 +486,9 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
                 .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
             object::set_meta(&mut body, "name", json!(key.1));
             drop(store);
-            return create(shared, ctx, body, true);
+            let checked = field_validation::check_patched(ctx, Some(field_validation::Raw::Yaml(raw)), body)?;
+            return create(shared, ctx, checked.body, true)
+                .map(|r| field_validation::with_warnings(r, &checked.warnings));
         }
         None => return Err(ApiError::not_found(ctx.subject(&key.1))),
     };
@@ -502,9 +512,12 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
         None
     };
     let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
+    let raw_patch =
+        if pt == PatchType::Apply { field_validation::Raw::Yaml(raw) } else { field_validation::Raw::Json(raw) };
+    let checked = field_validation::check_patched(ctx, Some(raw_patch), patched)?;
     let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
-    let result = commit_update(&mut store, ctx, &current, patched, part, false, applied.as_ref())?;
-    Ok(json_response(StatusCode::OK, &result))
+    let result = commit_update(&mut store, ctx, &current, checked.body, part, false, applied.as_ref())?;
+    Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &checked.warnings))
 }
 
 /// Propagation policy from the body's DeleteOptions or the query.

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 
@@ -50,6 +51,8 @@ pub struct VersionInfo {
     pub name: String,
     /// The structural schema (custom resources only).
     pub schema: Option<Arc<StructuralSchema>>,
+    /// The CRD's `openAPIV3Schema` as written (custom resources only), for the OpenAPI documents.
+    pub openapi_schema: Option<Arc<Value>>,
     /// `additionalPrinterColumns` as JSON (custom resources only).
     pub printer_columns: Vec<Value>,
     /// Extra fields selectable with field selectors (`selectableFields[].jsonPath`, without the leading dot).
@@ -349,6 +352,7 @@ fn builtin_type(b: &Builtin) -> ResourceType {
         versions: vec![VersionInfo {
             name: version.to_string(),
             schema: None,
+            openapi_schema: None,
             printer_columns: Vec::new(),
             selectable_fields: Vec::new(),
             status,
@@ -441,6 +445,7 @@ pub fn from_crd(crd: &Value) -> Result<ResourceType, Vec<CrdProblem>> {
         versions.push(VersionInfo {
             name: vname,
             schema,
+            openapi_schema: v["schema"].get("openAPIV3Schema").cloned().map(Arc::new),
             printer_columns: v["additionalPrinterColumns"].as_array().cloned().unwrap_or_default(),
             selectable_fields: v["selectableFields"]
                 .as_array()
@@ -500,10 +505,18 @@ pub fn version_priority(version: &str) -> (u8, u32, u32) {
     (stage, major, minor)
 }
 
+/// Source of [`Registry::generation`] values, unique in the process (so two registries never share one).
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Every type the server serves.
 #[derive(Clone, Debug)]
 pub struct Registry {
     types: BTreeMap<GroupResource, Arc<ResourceType>>,
+    generation: u64,
 }
 
 impl Default for Registry {
@@ -516,7 +529,12 @@ impl Registry {
     /// The built-in kinds only.
     pub fn builtin() -> Self {
         let types = BUILTINS.iter().map(builtin_type).map(|t| (t.gr.clone(), Arc::new(t))).collect();
-        Registry { types }
+        Registry { types, generation: next_generation() }
+    }
+
+    /// Changes whenever the set of served types changes; derived documents (OpenAPI) are cached by it.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The type serving `resource` in `group`, if `version` is served.
@@ -533,6 +551,7 @@ impl Registry {
     pub fn insert(&mut self, t: ResourceType) -> Arc<ResourceType> {
         let t = Arc::new(t);
         self.types.insert(t.gr.clone(), t.clone());
+        self.generation = next_generation();
         t
     }
 
@@ -540,6 +559,7 @@ impl Registry {
     pub fn remove(&mut self, gr: &GroupResource) {
         if self.types.get(gr).is_some_and(|t| t.custom) {
             self.types.remove(gr);
+            self.generation = next_generation();
         }
     }
 

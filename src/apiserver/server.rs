@@ -22,7 +22,7 @@ use super::handlers::json_response;
 use super::request::{Target, parse_path, parse_query};
 use super::resources::GroupResource;
 use super::store::Store;
-use super::{discovery, handlers, tls};
+use super::{discovery, handlers, openapi, tls};
 
 /// How a server is started.
 #[derive(Clone, Debug)]
@@ -71,6 +71,8 @@ pub struct Shared {
     address: String,
     /// Request counters and injected faults.
     pub faults: Faults,
+    /// OpenAPI documents of the latest registry generation.
+    openapi: openapi::Cache,
 }
 
 impl Shared {
@@ -209,6 +211,7 @@ impl ApiServer {
             open_watches: AtomicUsize::new(0),
             address: addr.to_string(),
             faults: Faults::default(),
+            openapi: openapi::Cache::default(),
         });
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -432,7 +435,10 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
                 None => Err(ApiError::no_route(parts.uri.path())),
             }
         }
-        Target::OpenApi(_) => Err(ApiError::no_route(parts.uri.path())),
+        Target::OpenApi(rest) => {
+            let registry = shared.lock().registry.clone();
+            get_only(openapi::respond(&shared.openapi, &registry, &rest, parts.uri.query(), &parts.headers)?)
+        }
         Target::Resource(path) => {
             let query = parse_query(parts.uri.query())?;
             let Some(verb) = Verb::of(parts.method.as_str(), path.name.is_some(), query.watch) else {

@@ -69,9 +69,11 @@ impl Kubectl {
         Kubectl { dir, kubeconfig: kubeconfig.to_path_buf() }
     }
 
-    /// The directory for files a test wants next to the kubeconfig (manifests ...).
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
+    /// Writes a file (a manifest ...) next to the kubeconfig and returns its path.
+    pub fn file(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
     }
 
     /// A kubectl command with the kubeconfig and cache set.

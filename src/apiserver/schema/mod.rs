@@ -37,6 +37,7 @@
 mod compile;
 mod format;
 mod mutate;
+mod unknown;
 mod validate;
 
 #[cfg(test)]
@@ -109,6 +110,12 @@ impl StructuralSchema {
     /// `apiVersion`, `kind` and `metadata` are always kept and `metadata` is left untouched.
     pub fn prune(&self, object: &mut Value) {
         mutate::prune_root(&self.root, object);
+    }
+
+    /// The paths of the fields [`StructuralSchema::prune`] would remove (sorted, kube's form: `spec.foo`,
+    /// `spec.list[0].bar`), for server-side field validation. `metadata` is not looked into.
+    pub fn unknown_fields(&self, object: &Value) -> Vec<String> {
+        unknown::unknown_fields_root(&self.root, object)
     }
 
     /// Defaulting then pruning: what the server does to a decoded custom resource before validating it.

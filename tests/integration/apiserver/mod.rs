@@ -6,6 +6,8 @@ mod custom;
 mod faults;
 mod input;
 mod kubectl_get;
+mod kubectl_openapi;
+mod kubectl_workflow;
 mod lease;
 mod lifecycle;
 mod watch;
