@@ -1,7 +1,10 @@
 # Build, test and generate. Every target works on a fresh clone with only the Rust toolchain installed.
 CARGO ?= cargo
 
-.PHONY: build test crds fmt lint
+.PHONY: dev build test crds fmt lint bench
+
+dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
+	$(CARGO) run --quiet -- dev
 
 build: ## Build the mcm binary (target/debug/mcm)
 	$(CARGO) build
@@ -14,6 +17,9 @@ crds: ## Regenerate crds/ from the API types (a test fails when crds/ drifts)
 
 fmt: ## Format the code
 	$(CARGO) fmt
+
+bench: ## Measure the embedded API server (release build; see docs/benchmarks.md)
+	$(CARGO) run --release --quiet -- bench apiserver
 
 lint: ## Formatting and clippy, warnings as errors
 	$(CARGO) fmt --check
