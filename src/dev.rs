@@ -22,6 +22,45 @@ pub struct DevOptions {
     pub data_dir: Option<PathBuf>,
     /// Run only the API server (no CRDs, no controllers, no sample).
     pub apiserver_only: bool,
+    /// Apply the sample objects (`config/samples/inmemory-machinedeployment.yaml`).
+    pub sample: bool,
+}
+
+/// The sample `mcm dev` applies.
+pub const SAMPLE: &str = include_str!("../config/samples/inmemory-machinedeployment.yaml");
+
+/// Applies a multi-document YAML manifest with server-side apply (field manager `mcm-dev`); returns what was
+/// applied, as `Kind namespace/name`.
+pub async fn apply_manifest(client: &kube::Client, manifest: &str) -> Result<Vec<String>, DevError> {
+    use serde::Deserialize;
+    let mut applied = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(manifest) {
+        let fail = |object: String, e: Box<dyn std::error::Error + Send + Sync>| DevError::Sample { object, source: e };
+        let value =
+            serde_json::Value::deserialize(document).map_err(|e| fail("(unparsable document)".into(), Box::new(e)))?;
+        if value.is_null() {
+            continue;
+        }
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(value).map_err(|e| fail("(malformed object)".into(), Box::new(e)))?;
+        let types = object.types.clone().unwrap_or_default();
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let namespace = object.metadata.namespace.clone();
+        let label = format!("{} {}{name}", types.kind, namespace.as_ref().map(|n| format!("{n}/")).unwrap_or_default());
+        let gvk = kube::core::GroupVersionKind::try_from(&types).map_err(|e| fail(label.clone(), Box::new(e)))?;
+        let (resource, capabilities) =
+            kube::discovery::pinned_kind(client, &gvk).await.map_err(|e| fail(label.clone(), Box::new(e)))?;
+        let api: Api<kube::api::DynamicObject> = match (capabilities.scope, &namespace) {
+            (kube::discovery::Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+            (kube::discovery::Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
+            (kube::discovery::Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &PatchParams::apply("mcm-dev").force(), &Patch::Apply(&object))
+            .await
+            .map_err(|e| fail(label.clone(), Box::new(e)))?;
+        applied.push(label);
+    }
+    Ok(applied)
 }
 
 /// Why `mcm dev` could not start.
@@ -36,6 +75,14 @@ pub enum DevError {
     /// The kubeconfig or client could not be made.
     #[error(transparent)]
     Client(#[from] crate::apiserver::ClientError),
+    /// Applying the sample failed.
+    #[error("could not apply the sample object {object}: {source}")]
+    Sample {
+        /// The object, `Kind namespace/name`.
+        object: String,
+        /// The cause.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Installing the CRDs failed.
     #[error("could not install the CRD {name}: {source}")]
     InstallCrd {
@@ -92,9 +139,16 @@ pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output 
         println!(
             "mcm dev: installed {count} CRDs (machine.sapcloud.io, infrastructure.cluster.x-k8s.io, cluster.x-k8s.io)"
         );
+        if options.sample {
+            let applied = apply_manifest(&client, SAMPLE).await?;
+            println!("mcm dev: applied the sample: {}", applied.join(", "));
+        }
     }
     println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), server.url());
     println!("  try: kubectl --kubeconfig {} get crds", kubeconfig.display());
+    if options.sample && !options.apiserver_only {
+        println!("       kubectl --kubeconfig {} -n mcm-sample get mcd,mcs,mc,mcc", kubeconfig.display());
+    }
     println!("       kubectl --kubeconfig {} api-resources", kubeconfig.display());
     println!("  stop with Ctrl-C");
     shutdown.await;

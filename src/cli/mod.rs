@@ -137,9 +137,8 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 kubeconfig_out: args.kubeconfig_out,
                 data_dir: args.data_dir,
                 apiserver_only: args.apiserver_only,
+                sample: !args.no_sample,
             };
-            // No sample exists yet; the flag is accepted so scripts can pass it already.
-            let _ = args.no_sample;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             runtime.block_on(crate::dev::run(options, ctrl_c()))?;

@@ -33,6 +33,12 @@ async fn mcm_dev_serves_kubectl_and_stops_on_ctrl_c() {
     let crds = kubectl.run(&["get", "crds", "-o", "name"]).await;
     assert!(crds.contains("customresourcedefinition.apiextensions.k8s.io/machines.machine.sapcloud.io"), "{crds}");
     kubectl.run(&["get", "nodes"]).await;
+    let sample = kubectl.run(&["-n", "mcm-sample", "get", "mcd,mcc", "-o", "name"]).await;
+    assert_eq!(
+        sample.lines().collect::<Vec<_>>(),
+        ["machinedeployment.machine.sapcloud.io/workers", "machineclass.machine.sapcloud.io/inmemory-small"],
+        "the sample is applied"
+    );
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
