@@ -222,6 +222,12 @@ impl InMemoryCloud {
         vms
     }
 
+    /// Runs `f` over every VM by VM ID (deleted ones included) without copying them; the cloud is locked
+    /// meanwhile, so `f` must be quick.
+    pub fn inspect<R>(&self, f: impl FnOnce(&BTreeMap<String, Vm>) -> R) -> R {
+        f(&self.lock().vms)
+    }
+
     /// The VMs that exist (not deleted), oldest first.
     pub fn live_vms(&self) -> Vec<Vm> {
         self.vms().into_iter().filter(Vm::exists).collect()

@@ -2,7 +2,7 @@
 //! sets it Unknown when the VM dies or goes. It sleeps until the cloud changes or the next deadline, and writes
 //! only when something is due (`plan.rs` decides, this file talks to the API server).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -188,10 +188,18 @@ impl Worker {
             }
             if let Some(records) = records.as_mut() {
                 let now = Instant::now();
-                let vms: HashMap<String, Vm> =
-                    self.cloud.vms().into_iter().map(|vm| (vm.provider_id.clone(), vm)).collect();
-                let list: Vec<Vm> = vms.values().cloned().collect();
-                let decided = plan(&list, records, now, self.config.heartbeat);
+                // Plan over the cloud in place and copy only the VMs a write needs: rounds stay cheap with
+                // thousands of VMs.
+                let (decided, vms) = self.cloud.inspect(|all| {
+                    let decided = plan(all.values(), records, now, self.config.heartbeat);
+                    let wanted: HashSet<&str> = decided.actions.iter().map(|(id, _)| id.as_str()).collect();
+                    let vms: HashMap<String, Vm> = all
+                        .values()
+                        .filter(|vm| wanted.contains(vm.provider_id.as_str()))
+                        .map(|vm| (vm.provider_id.clone(), vm.clone()))
+                        .collect();
+                    (decided, vms)
+                });
                 wake_at = decided.wake_at;
                 let this = &self;
                 let current: &HashMap<String, Record> = records;
@@ -260,7 +268,7 @@ impl Worker {
             .list(&ListParams::default())
             .await
             .map_err(|source| KubeletError::Api { node: "(list)".into(), source })?;
-        let ours: std::collections::HashSet<String> = self.cloud.vms().into_iter().map(|vm| vm.provider_id).collect();
+        let ours: HashSet<String> = self.cloud.inspect(|all| all.values().map(|vm| vm.provider_id.clone()).collect());
         let (now, wall) = (Instant::now(), wall_now());
         let adopted: HashMap<String, Record> = list
             .items

@@ -61,7 +61,12 @@ pub struct Plan {
 
 /// Decides the writes due at `now`. A VM's Node should be Ready once the VM runs and is initialized, Unknown once
 /// it is dead or deleted; heartbeats every `heartbeat` (none when `None`).
-pub fn plan(vms: &[Vm], records: &HashMap<String, Record>, now: Instant, heartbeat: Option<Duration>) -> Plan {
+pub fn plan<'a>(
+    vms: impl IntoIterator<Item = &'a Vm>,
+    records: &HashMap<String, Record>,
+    now: Instant,
+    heartbeat: Option<Duration>,
+) -> Plan {
     let mut plan = Plan::default();
     let mut wake = |t: Instant| {
         if t > now {
@@ -69,6 +74,8 @@ pub fn plan(vms: &[Vm], records: &HashMap<String, Record>, now: Instant, heartbe
         }
     };
     let mut actions = Vec::new();
+    // The recorded Nodes whose VM the cloud still knows.
+    let mut seen = std::collections::HashSet::new();
     for vm in vms {
         let state = vm.state(now);
         let ready_at = vm.node_ready_at();
@@ -77,7 +84,11 @@ pub fn plan(vms: &[Vm], records: &HashMap<String, Record>, now: Instant, heartbe
         if !down {
             ready_at.into_iter().chain(vm.dies_at).for_each(&mut wake);
         }
-        let action = match records.get(&vm.provider_id).map(|r| (r.phase, r.next_heartbeat)) {
+        let record = records.get_key_value(&vm.provider_id);
+        if let Some((id, _)) = record {
+            seen.insert(id.as_str());
+        }
+        let action = match record.map(|(_, r)| (r.phase, r.next_heartbeat)) {
             None if up => Some(Action::Register),
             Some((Phase::Ready, _)) if down => Some(Action::MarkUnknown),
             Some((Phase::Ready, next)) if up && heartbeat.is_some() => {
@@ -96,10 +107,9 @@ pub fn plan(vms: &[Vm], records: &HashMap<String, Record>, now: Instant, heartbe
         }
     }
     // Nodes whose VM the cloud has forgotten entirely: the VM is gone.
-    let known: std::collections::HashSet<&str> = vms.iter().map(|vm| vm.provider_id.as_str()).collect();
     let mut orphans: Vec<(String, Action)> = records
         .iter()
-        .filter(|(id, r)| r.phase == Phase::Ready && !known.contains(id.as_str()))
+        .filter(|(id, r)| r.phase == Phase::Ready && !seen.contains(id.as_str()))
         .map(|(id, _)| (id.clone(), Action::MarkUnknown))
         .collect();
     orphans.sort_by(|a, b| a.0.cmp(&b.0));
@@ -258,7 +268,7 @@ mod tests {
             ("inmemory:///z/y".to_string(), record(Phase::Unknown, t0)),
         ]
         .into();
-        let got = plan(&[], &records, t0, BEAT);
+        let got = plan(&[] as &[Vm], &records, t0, BEAT);
         assert_eq!(got.actions, vec![("inmemory:///z/x".to_string(), Action::MarkUnknown)]);
     }
 
