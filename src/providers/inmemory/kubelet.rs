@@ -167,83 +167,90 @@ impl Worker {
     async fn run(self, mut stopped: watch::Receiver<bool>) {
         let mut changes = self.cloud.subscribe();
         let mut records: Option<HashMap<String, Record>> = None;
-        let mut backoff: Option<ExponentialBackoff> = None;
+        // Back-off of the start-up list, and of each VM whose last write failed (one stuck Node must not hold up
+        // the others).
+        let mut list_backoff: Option<ExponentialBackoff> = None;
+        let mut retries: HashMap<String, (ExponentialBackoff, Instant)> = HashMap::new();
         loop {
             if *stopped.borrow() {
                 return;
             }
             changes.borrow_and_update();
-            let mut failed = false;
-            // A write changes the records the deadlines come from: plan again before sleeping.
-            let mut wrote = false;
-            let mut wake_at = None;
-            if records.is_none() {
+            let Some(records) = records.as_mut() else {
                 match self.adopt_all().await {
                     Ok(adopted) => records = Some(adopted),
                     Err(e) => {
+                        Counters::bump(&self.counters.errors);
                         tracing::warn!(error = %e, "in-memory kubelet: listing Nodes failed, retrying");
-                        failed = true;
-                    }
-                }
-            }
-            if let Some(records) = records.as_mut() {
-                let now = Instant::now();
-                // Plan over the cloud in place and copy only the VMs a write needs: rounds stay cheap with
-                // thousands of VMs.
-                let (decided, vms) = self.cloud.inspect(|all| {
-                    let decided = plan(all.values(), records, now, self.config.heartbeat);
-                    let wanted: HashSet<&str> = decided.actions.iter().map(|(id, _)| id.as_str()).collect();
-                    let vms: HashMap<String, Vm> = all
-                        .values()
-                        .filter(|vm| wanted.contains(vm.provider_id.as_str()))
-                        .map(|vm| (vm.provider_id.clone(), vm.clone()))
-                        .collect();
-                    (decided, vms)
-                });
-                wake_at = decided.wake_at;
-                let this = &self;
-                let current: &HashMap<String, Record> = records;
-                let outcomes: Vec<(String, Outcome)> = futures::stream::iter(decided.actions)
-                    .map(|(id, action)| {
-                        let (vm, record) = (vms.get(&id), current.get(&id));
-                        async move {
-                            let outcome = this.execute(action, vm, record).await;
-                            (id, outcome)
-                        }
-                    })
-                    .buffer_unordered(self.config.concurrency.max(1))
-                    .collect()
-                    .await;
-                for (id, outcome) in outcomes {
-                    match outcome {
-                        Ok(Some(record)) => {
-                            records.insert(id, record);
-                            wrote = true;
-                        }
-                        Ok(None) => {
-                            records.remove(&id);
-                            wrote = true;
-                        }
-                        Err(e) => {
-                            Counters::bump(&self.counters.errors);
-                            tracing::warn!(error = %e, provider_id = %id, "in-memory kubelet: write failed, retrying");
-                            failed = true;
+                        let delay = list_backoff.get_or_insert_with(|| self.backoff()).next();
+                        // Nothing can happen before the list succeeds, so cloud changes need not wake us.
+                        tokio::select! {
+                            _ = stopped.changed() => return,
+                            _ = tokio::time::sleep(delay.unwrap_or(self.config.max_retry)) => {}
                         }
                     }
                 }
+                continue;
+            };
+            let now = Instant::now();
+            // Plan over the cloud in place and copy only the VMs a write needs: rounds stay cheap with thousands
+            // of VMs.
+            let (decided, vms) = self.cloud.inspect(|all| {
+                let decided = plan(all.values(), records, now, self.config.heartbeat);
+                let wanted: HashSet<&str> = decided.actions.iter().map(|(id, _)| id.as_str()).collect();
+                let vms: HashMap<String, Vm> = all
+                    .values()
+                    .filter(|vm| wanted.contains(vm.provider_id.as_str()))
+                    .map(|vm| (vm.provider_id.clone(), vm.clone()))
+                    .collect();
+                (decided, vms)
+            });
+            retries.retain(|id, _| vms.contains_key(id) || records.contains_key(id));
+            let mut wake_at = decided.wake_at;
+            let mut due = Vec::new();
+            for (id, action) in decided.actions {
+                match retries.get(&id) {
+                    Some((_, at)) if *at > now => wake_at = Some(wake_at.map_or(*at, |w| w.min(*at))),
+                    _ => due.push((id, action)),
+                }
             }
-            if wrote && !failed {
-                backoff = None;
+            let this = &self;
+            let current: &HashMap<String, Record> = records;
+            let outcomes: Vec<(String, Outcome)> = futures::stream::iter(due)
+                .map(|(id, action)| {
+                    let (vm, record) = (vms.get(&id), current.get(&id));
+                    async move {
+                        let outcome = this.execute(action, vm, record).await;
+                        (id, outcome)
+                    }
+                })
+                .buffer_unordered(self.config.concurrency.max(1))
+                .collect()
+                .await;
+            // A write changes the records the deadlines come from: plan again before sleeping.
+            let mut wrote = false;
+            for (id, outcome) in outcomes {
+                match outcome {
+                    Ok(record) => {
+                        retries.remove(&id);
+                        match record {
+                            Some(record) => records.insert(id, record),
+                            None => records.remove(&id),
+                        };
+                        wrote = true;
+                    }
+                    Err(e) => {
+                        Counters::bump(&self.counters.errors);
+                        tracing::warn!(error = %e, provider_id = %id, "in-memory kubelet: write failed, retrying");
+                        let (delays, at) = retries.entry(id).or_insert_with(|| (self.backoff(), now));
+                        *at = Instant::now() + delays.next().unwrap_or(self.config.max_retry);
+                        wake_at = Some(wake_at.map_or(*at, |w| w.min(*at)));
+                    }
+                }
+            }
+            if wrote {
                 continue;
             }
-            let retry_at = if failed {
-                let delays = backoff.get_or_insert_with(|| self.backoff());
-                Some(Instant::now() + delays.next().unwrap_or(self.config.max_retry))
-            } else {
-                backoff = None;
-                None
-            };
-            let wake_at = [wake_at, retry_at].into_iter().flatten().min();
             tokio::select! {
                 _ = stopped.changed() => return,
                 _ = changed(&mut changes) => {}
@@ -566,14 +573,20 @@ mod tests {
 
     #[tokio::test]
     async fn api_errors_are_retried() {
-        let config = KubeletConfig { min_retry: Duration::from_millis(10), ..Default::default() };
-        let (server, nodes, driver, kubelet) = setup(config).await;
+        let server = ApiServer::start(ServerConfig::default()).await.unwrap();
+        let client = server.client().await.unwrap();
         let faults = server.faults();
+        faults.fail_next(Selector::new(Some(Verb::List), Some("nodes")), 2, 500);
+        let driver = InMemoryDriver::new(InMemoryCloud::with_seed(1));
+        let config = KubeletConfig { min_retry: Duration::from_millis(10), ..Default::default() };
+        let kubelet = Kubelet::spawn(driver.cloud().clone(), client.clone(), config);
+        let nodes: Api<Node> = Api::all(client);
         faults.fail_next(Selector::new(Some(Verb::Create), Some("nodes")), 2, 500);
         faults.fail_next(Selector::new(Some(Verb::Patch), Some("nodes/status")), 2, 500);
         driver.create_machine(&request("a", json!({"bootSeconds": 0.0}))).await.unwrap();
         wait_ready(&nodes, "a", "True").await;
         assert!(kubelet.stats().errors >= 4, "{:?}", kubelet.stats());
+        assert_eq!(faults.request_count(Verb::List, "nodes"), 3, "two failed lists, then one that worked");
         kubelet.stop().await;
     }
 
@@ -594,6 +607,24 @@ mod tests {
         let node = wait_ready(&nodes, "a", "True").await;
         assert_eq!(node.spec.unwrap().provider_id, Some(a.provider_id));
         kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn one_stuck_node_does_not_hold_up_the_others() {
+        let hour = Duration::from_secs(3600);
+        let config = KubeletConfig { min_retry: hour, max_retry: hour, ..Default::default() };
+        let (_server, nodes, driver, kubelet) = setup(config).await;
+        let squatter = Node {
+            metadata: ObjectMeta { name: Some("a".into()), ..Default::default() },
+            spec: Some(NodeSpec { provider_id: Some("inmemory:///local-a/i-old".into()), ..Default::default() }),
+            status: None,
+        };
+        nodes.create(&PostParams::default(), &squatter).await.unwrap();
+        driver.create_machine(&request("a", json!({"bootSeconds": 0.0}))).await.unwrap();
+        eventually("a refused registration", || async { (kubelet.stats().errors >= 1).then_some(()) }).await;
+        driver.create_machine(&request("b", json!({"bootSeconds": 0.0}))).await.unwrap();
+        wait_ready(&nodes, "b", "True").await;
+        assert_eq!(kubelet.stop().await.errors, 1, "a is not retried before its back-off");
     }
 
     #[tokio::test]
