@@ -6,4 +6,5 @@
 mod apiserver;
 mod cli;
 mod dev;
+mod providers;
 mod support;

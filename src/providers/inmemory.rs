@@ -1,1 +1,0 @@
-//! The in-memory cloud (placeholder).
