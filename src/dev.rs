@@ -1,5 +1,5 @@
-//! `mcm dev`: a local control plane in one process — the embedded API server, our CRDs, and (as they land) the
-//! controllers on the in-memory cloud — with a kubeconfig for kubectl.
+//! `mcm dev`: a local control plane in one process — the embedded API server, our CRDs, the in-memory cloud with
+//! its kubelet simulator, and (as they land) the controllers — with a kubeconfig for kubectl.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,8 +8,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 
+use std::sync::Arc;
+
 use crate::api::crds;
 use crate::apiserver::{ApiServer, ServerConfig};
+use crate::providers::DriverRegistry;
+use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
 /// What `mcm dev` runs.
 #[derive(Clone, Debug)]
@@ -122,38 +126,90 @@ pub async fn install_crds(client: &kube::Client) -> Result<usize, DevError> {
     Ok(count)
 }
 
+/// The parts of a running `mcm dev`: the API server, the in-memory cloud, its kubelet, the drivers and a client.
+/// Tests start these in-process; the binary wraps them with progress lines and Ctrl-C.
+pub struct DevEnvironment {
+    /// The embedded API server (control and target cluster in one).
+    pub server: ApiServer,
+    /// A client for it.
+    pub client: kube::Client,
+    /// The in-memory cloud; VMs outlive controllers.
+    pub cloud: InMemoryCloud,
+    /// The drivers controllers use (`InMemory`).
+    pub drivers: DriverRegistry,
+    /// The kubelet simulator registering Nodes for booted VMs (absent with `--apiserver-only`).
+    pub kubelet: Option<Kubelet>,
+    /// What was applied from the sample.
+    pub sample: Vec<String>,
+}
+
+impl DevEnvironment {
+    /// Starts the API server and, unless `apiserver_only`, installs the CRDs, starts the in-memory cloud's kubelet
+    /// and applies the sample; `progress` hears what is happening.
+    pub async fn start(options: &DevOptions, progress: impl Fn(&str)) -> Result<Self, DevError> {
+        let listen = choose_listen(options.listen)?;
+        progress(&format!("starting the embedded API server on {listen}"));
+        let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
+        let server = ApiServer::start(config).await?;
+        server.write_kubeconfig(&options.kubeconfig_out)?;
+        if let Some(dir) = &options.data_dir {
+            progress(&format!("state is kept in {}", dir.display()));
+        }
+        let client = server.client().await?;
+        let cloud = InMemoryCloud::new();
+        let mut drivers = DriverRegistry::new();
+        drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
+        let mut environment = DevEnvironment {
+            server,
+            client: client.clone(),
+            cloud: cloud.clone(),
+            drivers,
+            kubelet: None,
+            sample: Vec::new(),
+        };
+        if options.apiserver_only {
+            return Ok(environment);
+        }
+        let count = install_crds(&client).await?;
+        progress(&format!(
+            "installed {count} CRDs (machine.sapcloud.io, infrastructure.cluster.x-k8s.io, cluster.x-k8s.io)"
+        ));
+        environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
+        progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
+        if options.sample {
+            environment.sample = apply_manifest(&client, SAMPLE).await?;
+            progress(&format!("applied the sample: {}", environment.sample.join(", ")));
+        }
+        Ok(environment)
+    }
+
+    /// Stops the kubelet and the API server (saving state when a data directory is set).
+    pub async fn shutdown(self) {
+        if let Some(kubelet) = self.kubelet {
+            kubelet.stop().await;
+        }
+        self.server.shutdown().await;
+    }
+}
+
 /// Runs `mcm dev` until `shutdown` resolves (Ctrl-C in the binary).
 pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DevError> {
-    let listen = choose_listen(options.listen)?;
-    println!("mcm dev: starting the embedded API server on {listen}");
-    let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
-    let server = ApiServer::start(config).await?;
-    server.write_kubeconfig(&options.kubeconfig_out)?;
+    let environment = DevEnvironment::start(&options, |line| println!("mcm dev: {line}")).await?;
     let kubeconfig = std::fs::canonicalize(&options.kubeconfig_out).unwrap_or_else(|_| options.kubeconfig_out.clone());
-    if let Some(dir) = &options.data_dir {
-        println!("mcm dev: state is kept in {}", dir.display());
-    }
+    println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), environment.server.url());
+    let k = format!("kubectl --kubeconfig {}", kubeconfig.display());
+    println!("  try: {k} get crds");
     if !options.apiserver_only {
-        let client = server.client().await?;
-        let count = install_crds(&client).await?;
-        println!(
-            "mcm dev: installed {count} CRDs (machine.sapcloud.io, infrastructure.cluster.x-k8s.io, cluster.x-k8s.io)"
-        );
+        println!("       {k} get nodes");
         if options.sample {
-            let applied = apply_manifest(&client, SAMPLE).await?;
-            println!("mcm dev: applied the sample: {}", applied.join(", "));
+            println!("       {k} -n mcm-sample get mcd,mcs,mc,mcc");
         }
     }
-    println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), server.url());
-    println!("  try: kubectl --kubeconfig {} get crds", kubeconfig.display());
-    if options.sample && !options.apiserver_only {
-        println!("       kubectl --kubeconfig {} -n mcm-sample get mcd,mcs,mc,mcc", kubeconfig.display());
-    }
-    println!("       kubectl --kubeconfig {} api-resources", kubeconfig.display());
+    println!("       {k} api-resources");
     println!("  stop with Ctrl-C");
     shutdown.await;
     println!("mcm dev: shutting down");
-    server.shutdown().await;
+    environment.shutdown().await;
     println!("mcm dev: stopped");
     Ok(())
 }
