@@ -972,6 +972,23 @@ mod tests {
         &doc["paths"][path]["patch"]
     }
 
+    /// The registry's table of built-in kinds and this schema table are two lists of the same kinds: keep them in step.
+    #[test]
+    fn every_builtin_kind_has_a_schema_and_every_schema_a_kind() {
+        let registry = Registry::builtin();
+        let mut kinds: Vec<(String, String, String)> = registry
+            .iter()
+            .flat_map(|t| t.versions.iter().map(move |v| (t.gr.group.clone(), v.name.clone(), t.kind.clone())))
+            .collect();
+        let mut schemas: Vec<(String, String, String)> =
+            BUILTIN_SCHEMAS.iter().map(|(g, v, k, _)| (g.to_string(), v.to_string(), k.to_string())).collect();
+        kinds.sort();
+        kinds.dedup();
+        schemas.sort();
+        schemas.dedup();
+        assert_eq!(kinds, schemas);
+    }
+
     #[test]
     fn index_lists_every_group_version_with_a_hash() {
         let registry = registry_with_mcm();
