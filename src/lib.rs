@@ -8,4 +8,5 @@ pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod dev;
+pub mod drain;
 pub mod providers;

@@ -6,5 +6,6 @@
 mod apiserver;
 mod cli;
 mod dev;
+mod drain;
 mod providers;
 mod support;
