@@ -490,10 +490,10 @@ impl Driver for AwsDriver {
             Err(e) if e.code == Code::NotFound => None,
             Err(e) => return Err(e),
         };
-        let instance = match existing {
+        let (instance, launched) = match existing {
             Some(instance) => {
                 tracing::info!(machine = %name, instance = instance_id_of(&instance), "create: instance exists");
-                instance
+                (instance, false)
             }
             None => {
                 let root_device = ec2.root_device_name().await?;
@@ -514,13 +514,13 @@ impl Driver for AwsDriver {
                 };
                 let instance = launched.map_err(|f| f.into_driver_error("RunInstances", &request.secret))?;
                 tracing::info!(machine = %name, instance = instance_id_of(&instance), "create: instance launched");
-                instance
+                (instance, true)
             }
         };
-        let instance = match instance.private_dns_name().filter(|n| !n.is_empty()) {
-            Some(_) if request::is_live(&instance) => instance,
-            _ => ec2.wait_visible(instance_id_of(&instance)).await?,
-        };
+        // A new instance is answered only once DescribeInstances shows it (EC2 is eventually consistent), so the
+        // next status call finds what create reported.
+        let named = instance.private_dns_name().is_some_and(|n| !n.is_empty());
+        let instance = if launched || !named { ec2.wait_visible(instance_id_of(&instance)).await? } else { instance };
         Ok(CreateMachineResponse {
             provider_id: ec2.provider_id(&instance),
             node_name: instance.private_dns_name().unwrap_or_default().to_string(),
