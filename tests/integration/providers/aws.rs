@@ -7,7 +7,6 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use aws_sdk_ec2::Client;
@@ -557,10 +556,10 @@ fn assert_no_secret(err: &mcm::providers::DriverError) {
     }
 }
 
-/// A fake EC2 endpoint answering each action with a canned XML body (or an error code), counting requests.
+/// A fake EC2 endpoint answering each action with a canned XML body (or an error code), keeping the request bodies.
 struct FakeEc2 {
     url: String,
-    requests: Arc<AtomicUsize>,
+    bodies: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -573,21 +572,26 @@ impl Drop for FakeEc2 {
 impl FakeEc2 {
     /// `answer(action)` gives (HTTP status, body) for each request.
     async fn start(answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) -> FakeEc2 {
+        FakeEc2::start_with_body(move |action, _| answer(action)).await
+    }
+
+    /// `answer(action, request body)` gives (HTTP status, body) for each request.
+    async fn start_with_body(answer: impl Fn(&str, &str) -> (u16, String) + Send + Sync + 'static) -> FakeEc2 {
         let answer = Arc::new(answer);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let requests = Arc::new(AtomicUsize::new(0));
-        let counter = requests.clone();
+        let bodies = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = bodies.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
-                let counter = counter.clone();
+                let seen = seen.clone();
                 let answer = answer.clone();
                 tokio::spawn(async move {
                     while let Some(body) = read_request(&mut stream).await {
-                        counter.fetch_add(1, Ordering::SeqCst);
+                        seen.lock().unwrap().push(body.clone());
                         let action =
                             body.split('&').find_map(|kv| kv.strip_prefix("Action=")).unwrap_or_default().to_string();
-                        let (status, xml) = answer(&action);
+                        let (status, xml) = answer(&action, &body);
                         let reply = format!(
                             "HTTP/1.1 {status} X\r\nContent-Type: text/xml\r\nContent-Length: {}\r\n\r\n{xml}",
                             xml.len()
@@ -599,7 +603,19 @@ impl FakeEc2 {
                 });
             }
         });
-        FakeEc2 { url, requests, task }
+        FakeEc2 { url, bodies, task }
+    }
+
+    /// The request bodies of `action` so far.
+    fn requests(&self, action: &str) -> Vec<String> {
+        let marker = format!("Action={action}&");
+        self.bodies
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|b| b.contains(&marker) || b.ends_with(&marker[..marker.len() - 1]))
+            .cloned()
+            .collect()
     }
 }
 
@@ -660,20 +676,16 @@ async fn throttling_is_retried_with_back_off_then_unavailable() {
     let err = driver.get_machine_status(&fake_request()).await.unwrap_err();
     assert_eq!(err.code, Code::Unavailable, "{err}");
     assert!(err.message.contains("RequestLimitExceeded"), "{err}");
-    assert_eq!(fake.requests.load(Ordering::SeqCst), fast().max_attempts as usize, "the SDK retried");
+    assert_eq!(fake.requests("DescribeInstances").len(), fast().max_attempts as usize, "the SDK retried");
     assert_no_secret(&err);
 }
 
 #[tokio::test]
 async fn capacity_and_quota_errors_are_resource_exhausted() {
-    const EMPTY: &str =
-        "<DescribeInstancesResponse><requestId>r</requestId><reservationSet/></DescribeInstancesResponse>";
-    const IMAGE: &str = "<DescribeImagesResponse><requestId>r</requestId><imagesSet><item><imageId>ami-1</imageId>\
-        <rootDeviceName>/dev/xvda</rootDeviceName></item></imagesSet></DescribeImagesResponse>";
     for code in ["InsufficientInstanceCapacity", "VcpuLimitExceeded", "Unsupported"] {
         let fake = FakeEc2::start(move |action| match action {
-            "DescribeInstances" => (200, EMPTY.to_string()),
-            "DescribeImages" => (200, IMAGE.to_string()),
+            "DescribeInstances" => (200, NO_INSTANCES.to_string()),
+            "DescribeImages" => (200, ONE_IMAGE.to_string()),
             _ => ec2_error(if code.starts_with("Insufficient") { 500 } else { 400 }, code),
         })
         .await;
@@ -759,4 +771,120 @@ async fn logs_debug_output_and_errors_never_show_secrets() {
     for value in [ACCESS_KEY_ID, SECRET_ACCESS_KEY, "moto-test-user-data", encoded.as_str()] {
         assert!(!shown.contains(value), "{value:?} shows in:\n{shown}");
     }
+}
+
+const NO_INSTANCES: &str =
+    "<DescribeInstancesResponse><requestId>r</requestId><reservationSet/></DescribeInstancesResponse>";
+const ONE_IMAGE: &str = "<DescribeImagesResponse><requestId>r</requestId><imagesSet><item><imageId>ami-1</imageId>\
+    <rootDeviceName>/dev/xvda</rootDeviceName></item></imagesSet></DescribeImagesResponse>";
+
+/// An instance item of EC2's XML answers.
+fn instance_xml(id: &str, state: &str) -> String {
+    format!(
+        "<item><instanceId>{id}</instanceId><instanceState><code>0</code><name>{state}</name></instanceState>\
+         <privateDnsName>ip-10-0-0-9.ec2.internal</privateDnsName><privateIpAddress>10.0.0.9</privateIpAddress></item>"
+    )
+}
+
+fn run_answer(id: &str, state: &str) -> (u16, String) {
+    let item = instance_xml(id, state);
+    (
+        200,
+        format!(
+            "<RunInstancesResponse><requestId>r</requestId><reservationId>r-1</reservationId><ownerId>1</ownerId>\
+             <instancesSet>{item}</instancesSet></RunInstancesResponse>"
+        ),
+    )
+}
+
+fn describe_answer(id: &str, state: &str) -> (u16, String) {
+    let item = instance_xml(id, state);
+    (
+        200,
+        format!(
+            "<DescribeInstancesResponse><requestId>r</requestId><reservationSet><item><reservationId>r-1</reservationId>\
+             <instancesSet>{item}</instancesSet></item></reservationSet></DescribeInstancesResponse>"
+        ),
+    )
+}
+
+/// EC2 of a machine name used before: the stable ClientToken belongs to a terminated instance (`spent`) or EC2
+/// refuses it (`mismatch`); any other token launches `i-new`.
+fn token_cloud(stable: String, mismatch: bool) -> impl Fn(&str, &str) -> (u16, String) + Send + Sync + 'static {
+    move |action, body| match action {
+        "DescribeInstances" if body.contains("InstanceId.1=i-new") => describe_answer("i-new", "running"),
+        "DescribeInstances" => (200, NO_INSTANCES.to_string()),
+        "DescribeImages" => (200, ONE_IMAGE.to_string()),
+        "RunInstances" if body.contains(&format!("ClientToken={stable}")) && mismatch => {
+            ec2_error(400, "IdempotentParameterMismatch")
+        }
+        "RunInstances" if body.contains(&format!("ClientToken={stable}")) => run_answer("i-old", "terminated"),
+        "RunInstances" => run_answer("i-new", "pending"),
+        _ => ec2_error(400, "InvalidAction"),
+    }
+}
+
+#[tokio::test]
+async fn a_spent_client_token_is_replaced_once() {
+    let stable = mcm::providers::aws::request::client_token("default", "m1", 0);
+    for mismatch in [false, true] {
+        let fake = FakeEc2::start_with_body(token_cloud(stable.clone(), mismatch)).await;
+        let driver = AwsDriver::with_endpoint(&fake.url).with_settings(fast());
+        let created = driver.create_machine(&fake_request()).await.unwrap();
+        assert_eq!(created.provider_id, format!("aws:///{REGION}/i-new"), "mismatch={mismatch}");
+        assert_eq!(created.node_name, "ip-10-0-0-9.ec2.internal");
+        let runs = fake.requests("RunInstances");
+        assert_eq!(runs.len(), 2, "mismatch={mismatch}");
+        assert!(runs[0].contains(&format!("ClientToken={stable}")), "{}", runs[0]);
+        assert!(runs[1].contains("ClientToken=mcm-") && !runs[1].contains(&stable), "{}", runs[1]);
+    }
+}
+
+#[tokio::test]
+async fn run_instances_carries_the_token_tags_user_data_and_the_spec() {
+    let fake = FakeEc2::start_with_body(|action, body| match action {
+        "DescribeInstances" if body.contains("InstanceId.1=i-new") => describe_answer("i-new", "running"),
+        "DescribeInstances" => (200, NO_INSTANCES.to_string()),
+        "DescribeImages" => (200, ONE_IMAGE.to_string()),
+        "RunInstances" => run_answer("i-new", "pending"),
+        _ => ec2_error(400, "InvalidAction"),
+    })
+    .await;
+    let driver = AwsDriver::with_endpoint(&fake.url).with_settings(fast());
+    let mut request = fake_request();
+    request.class.provider_spec["blockDevices"] =
+        json!([{"ebs": {"volumeSize": 30, "volumeType": "gp3", "kmsKeyID": "key-1", "encrypted": true}}]);
+    request.class.provider_spec["spotPrice"] = json!("0.5");
+    driver.create_machine(&request).await.unwrap();
+    let run = fake.requests("RunInstances").remove(0);
+    let form: std::collections::BTreeMap<String, String> = serde_urlencoded::from_str(&run).unwrap();
+    use base64::Engine;
+    let want = [
+        ("ClientToken", mcm::providers::aws::request::client_token("default", "m1", 0)),
+        ("ImageId", "ami-1".to_string()),
+        ("InstanceType", "p5.48xlarge".to_string()),
+        ("UserData", base64::engine::general_purpose::STANDARD.encode(USER_DATA)),
+        ("IamInstanceProfile.Name", PROFILE.to_string()),
+        ("NetworkInterface.1.SubnetId", "subnet-1".to_string()),
+        ("NetworkInterface.1.SecurityGroupId.1", "sg-1".to_string()),
+        ("NetworkInterface.1.DeviceIndex", "0".to_string()),
+        ("NetworkInterface.1.DeleteOnTermination", "true".to_string()),
+        ("BlockDeviceMapping.1.DeviceName", "/dev/xvda".to_string()),
+        ("BlockDeviceMapping.1.Ebs.VolumeSize", "30".to_string()),
+        ("BlockDeviceMapping.1.Ebs.KmsKeyId", "key-1".to_string()),
+        ("InstanceMarketOptions.MarketType", "spot".to_string()),
+        ("InstanceMarketOptions.SpotOptions.MaxPrice", "0.5".to_string()),
+        ("TagSpecification.1.ResourceType", "instance".to_string()),
+        ("TagSpecification.1.Tag.1.Key", "Name".to_string()),
+        ("TagSpecification.1.Tag.1.Value", "m1".to_string()),
+        ("TagSpecification.2.ResourceType", "volume".to_string()),
+        ("TagSpecification.3.ResourceType", "network-interface".to_string()),
+        ("MinCount", "1".to_string()),
+        ("MaxCount", "1".to_string()),
+    ];
+    for (key, value) in want {
+        assert_eq!(form.get(key), Some(&value), "{key} in {form:#?}");
+    }
+    // Create waited for DescribeInstances to show the new instance.
+    assert!(fake.requests("DescribeInstances").iter().any(|b| b.contains("InstanceId.1=i-new")));
 }
