@@ -4,7 +4,7 @@ CARGO ?= cargo
 .PHONY: dev build test crds fmt lint bench
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
-	$(CARGO) run --quiet -- dev
+	$(CARGO) run --quiet --no-default-features -- dev
 
 build: ## Build the mcm binary (target/debug/mcm)
 	$(CARGO) build
@@ -21,6 +21,7 @@ fmt: ## Format the code
 bench: ## Measure the embedded API server (release build; see docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench apiserver
 
-lint: ## Formatting and clippy, warnings as errors
+lint: ## Formatting and clippy (with every feature, and with none), warnings as errors
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets --all-features -- -D warnings
+	$(CARGO) clippy --all-targets --no-default-features -- -D warnings

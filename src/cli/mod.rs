@@ -155,6 +155,9 @@ fn execute(cli: Cli) -> Result<(), CliError> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // The AWS SDK logs the access key ID at debug level; a broad RUST_LOG=debug must not print it.
+    #[cfg(feature = "aws")]
+    let filter = crate::providers::aws::quiet_sdk_logs(filter, &std::env::var("RUST_LOG").unwrap_or_default());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

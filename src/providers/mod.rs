@@ -5,6 +5,8 @@
 //! and answer with results or an [`DriverError`] carrying one of MCM's [`Code`]s, whose message is safe to show
 //! (never a credential). The [`DriverRegistry`] picks a driver by `MachineClass.provider`.
 
+#[cfg(feature = "aws")]
+pub mod aws;
 pub mod conformance;
 mod error;
 pub mod inmemory;

@@ -1,3 +1,5 @@
 //! Cloud drivers through the `Driver` trait: the conformance suite, and each driver against its local fake.
 
+#[cfg(feature = "aws")]
+mod aws;
 mod inmemory;
