@@ -320,6 +320,66 @@ fn plan_auto_preservation(facts: &ReplicaFacts) -> (Vec<String>, Vec<String>) {
     }
 }
 
+/// Why a MachineSet is not reconciled (MCM logs and skips it; nil selectors crash its validator).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SetValidationError {
+    /// `spec.replicas` is negative.
+    #[error("spec.replicas is {0}; it must be 0 or more")]
+    NegativeReplicas(i32),
+    /// The selector is missing or empty.
+    #[error("spec.selector is empty and would select every machine; set matchLabels to labels of the template")]
+    EmptySelector,
+    /// The selector does not select the template's labels.
+    #[error(
+        "spec.selector does not match spec.template.metadata.labels; machines created from the template would not be selected"
+    )]
+    SelectorDoesNotMatchTemplate,
+    /// `spec.template.spec.class.kind` or `.name` is empty.
+    #[error("spec.template.spec.class.{0} is empty; name the MachineClass the machines use")]
+    MissingClass(&'static str),
+}
+
+impl SetValidationError {
+    /// A short stable label for metrics and events.
+    pub fn label(&self) -> &'static str {
+        match self {
+            SetValidationError::NegativeReplicas(_) => "negative_replicas",
+            SetValidationError::EmptySelector => "empty_selector",
+            SetValidationError::SelectorDoesNotMatchTemplate => "selector_does_not_match_template",
+            SetValidationError::MissingClass(_) => "missing_class",
+        }
+    }
+}
+
+/// Validates a MachineSet; every problem is reported.
+pub fn validate_machine_set(set: &MachineSet) -> Result<(), Vec<SetValidationError>> {
+    let mut errors = Vec::new();
+    if set.spec.replicas < 0 {
+        errors.push(SetValidationError::NegativeReplicas(set.spec.replicas));
+    }
+    let template = set.spec.template.as_ref();
+    let labels = template.and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default();
+    match set.spec.selector.as_ref() {
+        Some(s)
+            if s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
+                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty()) =>
+        {
+            if !super::machine_deployment::validation::selector_matches(s, &labels) {
+                errors.push(SetValidationError::SelectorDoesNotMatchTemplate);
+            }
+        }
+        _ => errors.push(SetValidationError::EmptySelector),
+    }
+    let class = template.and_then(|t| t.spec.as_ref()).map(|s| &s.class);
+    if class.is_none_or(|c| c.kind.is_empty()) {
+        errors.push(SetValidationError::MissingClass("kind"));
+    }
+    if class.is_none_or(|c| c.name.is_empty()) {
+        errors.push(SetValidationError::MissingClass("name"));
+    }
+    if errors.is_empty() { Ok(()) } else { Err(errors) }
+}
+
 /// The batch sizes in which `n` machines are created: 1, 2, 4, … until `n` is reached. The executor stops at the
 /// first batch with a failure, so a quota error costs one request rather than a hundred.
 pub fn slow_start_batches(n: usize) -> Vec<usize> {

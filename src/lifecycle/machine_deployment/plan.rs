@@ -34,7 +34,7 @@ use super::status::{
     check_paused_conditions, deployment_complete, get_condition, new_condition, progress_requeue, set_condition,
     status_update_required, sync_rollout_status,
 };
-use super::template::{equal_ignore_hash, machine_set_name, new_machine_set, sync_in_place, template_hash};
+use super::template::{find_new_machine_set, machine_set_name, new_machine_set, sync_in_place, template_hash};
 use super::validation::{ValidationError, validate};
 use super::{PREFER_NO_SCHEDULE, REVISION, actual, set_name, spec_replicas};
 use crate::api::mcm::{
@@ -274,13 +274,8 @@ impl<'a> Work<'a> {
 
     /// The oldest set with the deployment's template.
     fn find_new(&self) -> Option<usize> {
-        let mut matching: Vec<usize> = (0..self.sets.len())
-            .filter(|&i| {
-                self.sets[i].spec.template.as_ref().is_some_and(|t| equal_ignore_hash(t, &self.d.spec.template))
-            })
-            .collect();
-        matching.sort_by(|&a, &b| super::by_creation(&self.sets[a], &self.sets[b]));
-        matching.first().copied()
+        let name = set_name(find_new_machine_set(&self.d, &self.sets)?).to_string();
+        self.index_of(&name)
     }
 
     /// Step 4: the existing new set's revision, annotations and in-place fields; the deployment's revision and

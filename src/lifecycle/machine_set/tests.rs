@@ -494,6 +494,39 @@ fn auto_preservation_table() {
 }
 
 #[test]
+fn validation_table() {
+    use crate::lifecycle::machine_deployment::test_support::{SetExt, ms};
+    use SetValidationError::*;
+    // The builder's selector carries the hash label; `class` puts it on the template too.
+    let ok = ms("s", 0, 1, 1, 1).class("class-a");
+    let edit = |f: &dyn Fn(&mut MachineSet)| {
+        let mut s = ok.clone();
+        f(&mut s);
+        s
+    };
+    let cases: Vec<(&str, MachineSet, Vec<SetValidationError>)> = vec![
+        ("valid", ok.clone(), vec![]),
+        ("negative replicas", edit(&|s| s.spec.replicas = -2), vec![NegativeReplicas(-2)]),
+        ("no selector (MCM's validator would crash)", edit(&|s| s.spec.selector = None), vec![EmptySelector]),
+        (
+            "selector not matching the template",
+            edit(&|s| {
+                s.spec.selector.as_mut().unwrap().match_labels.as_mut().unwrap().insert("zone".into(), "a".into());
+            }),
+            vec![SelectorDoesNotMatchTemplate],
+        ),
+        (
+            "no class",
+            edit(&|s| s.spec.template.as_mut().unwrap().spec = None),
+            vec![MissingClass("kind"), MissingClass("name")],
+        ),
+    ];
+    for (name, set, expected) in cases {
+        assert_eq!(validate_machine_set(&set).err().unwrap_or_default(), expected, "{name}");
+    }
+}
+
+#[test]
 fn slow_start_batches_table() {
     let cases: [(usize, &[usize]); 7] = [
         (0, &[]),

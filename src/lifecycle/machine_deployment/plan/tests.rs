@@ -545,3 +545,97 @@ fn create_failed_sets_the_condition() {
     assert_eq!(event.note, "Failed to create new machine set \"d-abcde\": quota exceeded");
     assert_eq!(event.type_, EventType::Warning);
 }
+
+#[test]
+fn a_fresh_deployment_creates_its_first_set() {
+    // (name, strategy, replicas, expected replicas of the first set)
+    let cases = [
+        ("rolling: all replicas at once (nothing to replace)", rolling("1", "0"), 3, 3),
+        ("rolling with a large surge: never above replicas", rolling("10", "0"), 3, 3),
+        ("recreate: all replicas", recreate(), 3, 3),
+        ("zero replicas: an empty set", rolling("1", "0"), 0, 0),
+    ];
+    for (name, strategy, replicas, expected) in cases {
+        let mut d = deployment("d", replicas, strategy);
+        d.status = None;
+        let plan = run(&d, &[], &[]);
+        let created = plan.create_set.as_ref().unwrap_or_else(|| panic!("{name}: a set"));
+        assert_eq!(created.spec.replicas, expected, "{name}");
+        assert_eq!(
+            created.metadata.annotations.as_ref().and_then(|a| a.get(REVISION)).map(String::as_str),
+            Some("1"),
+            "{name}"
+        );
+        assert_eq!(plan.finalizer, Some(FinalizerChange::Add), "{name}");
+        assert_eq!(plan.events.len(), usize::from(expected > 0), "{name}");
+        let status = plan.status.as_ref().unwrap_or_else(|| panic!("{name}: a first status"));
+        assert_eq!(status.observed_generation, Some(1), "{name}");
+    }
+}
+
+#[test]
+fn scaling_from_zero_is_a_scaling_event() {
+    let (mut d, set) = settled(0, rolling("1", "0"));
+    d.spec.replicas = 2;
+    let plan = run(&d, &[set], &[]);
+    assert_eq!(scales(&plan), [("s1".to_string(), 2)]);
+    assert_eq!(
+        patch_of(&plan, "s1").and_then(|p| p.pointer("/metadata/annotations").cloned()),
+        Some(json!({DESIRED_REPLICAS: "2", MAX_REPLICAS: "3"}))
+    );
+    assert!(plan.create_set.is_none());
+}
+
+#[test]
+fn scaling_to_zero_writes_an_explicit_zero() {
+    let (mut d, set) = settled(2, rolling("1", "0"));
+    d.spec.replicas = 0;
+    let plan = run(&d, &[set], &[]);
+    assert_eq!(scales(&plan), [("s1".to_string(), 0)]);
+    assert_eq!(patch_of(&plan, "s1").and_then(|p| p.pointer("/spec/replicas").cloned()), Some(json!(0)));
+}
+
+#[test]
+fn a_paused_rollout_never_times_out() {
+    let (mut d, old) = settled(3, rolling("1", "0"));
+    new_template(&mut d);
+    d.spec.paused = true;
+    d.spec.progress_deadline_seconds = Some(1);
+    d.status.as_mut().unwrap().conditions =
+        Some(vec![cond(MachineDeploymentConditionType::Progressing, ConditionStatus::True, MACHINE_SET_UPDATED)]);
+    let plan = run(&d, &[old], &[]);
+    assert_eq!(progressing_reason(&plan).as_deref(), Some(DEPLOYMENT_PAUSED));
+    assert_eq!(plan.requeue_after, None);
+}
+
+#[test]
+fn a_timed_out_deployment_stays_timed_out_when_paused() {
+    let (mut d, old) = settled(3, rolling("1", "0"));
+    new_template(&mut d);
+    d.spec.paused = true;
+    d.status.as_mut().unwrap().conditions = Some(vec![cond(
+        MachineDeploymentConditionType::Progressing,
+        ConditionStatus::False,
+        PROGRESS_DEADLINE_EXCEEDED,
+    )]);
+    let plan = run(&d, &[old], &[]);
+    let reason = plan
+        .status
+        .as_ref()
+        .and_then(|s| {
+            get_condition(s.conditions.as_deref().unwrap_or_default(), MachineDeploymentConditionType::Progressing)
+                .and_then(|c| c.reason.clone())
+        })
+        .unwrap_or_else(|| PROGRESS_DEADLINE_EXCEEDED.to_string());
+    assert_eq!(reason, PROGRESS_DEADLINE_EXCEEDED);
+}
+
+#[test]
+fn the_autoscaler_sees_a_finished_rollout_only_when_complete() {
+    use crate::lifecycle::machine_deployment::autoscaler::rollout_finished;
+    let (mut d, old) = settled(3, rolling("1", "0"));
+    assert!(rollout_finished(d.status.as_ref().unwrap().conditions.as_deref().unwrap()));
+    new_template(&mut d);
+    let plan = run(&d, &[old], &[]);
+    assert!(!rollout_finished(plan.status.as_ref().unwrap().conditions.as_deref().unwrap()), "a rollout started");
+}
