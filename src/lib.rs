@@ -9,4 +9,5 @@ pub mod bench;
 pub mod cli;
 pub mod dev;
 pub mod drain;
+pub mod lifecycle;
 pub mod providers;

@@ -68,7 +68,9 @@ pub enum DrainError {
     },
     /// A PodDisruptionBudget that allows no disruption while every pod it covers is healthy (it can never let a
     /// drain through).
-    #[error("pod {pod} on node {node} is covered by PodDisruptionBudget {pdb}, which is misconfigured and requires zero voluntary evictions")]
+    #[error(
+        "pod {pod} on node {node} is covered by PodDisruptionBudget {pdb}, which is misconfigured and requires zero voluntary evictions"
+    )]
     MisconfiguredBudget {
         /// The node.
         node: String,
