@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, ServerConfig};
+use crate::controllers::{Clusters, ControllerOptions, Controllers};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
@@ -28,6 +29,21 @@ pub struct DevOptions {
     pub apiserver_only: bool,
     /// Apply the sample objects (`config/samples/inmemory-machinedeployment.yaml`).
     pub sample: bool,
+    /// How the machine controllers run.
+    pub controllers: ControllerOptions,
+}
+
+impl Default for DevOptions {
+    fn default() -> Self {
+        DevOptions {
+            listen: None,
+            kubeconfig_out: PathBuf::from(".mcm/kubeconfig"),
+            data_dir: None,
+            apiserver_only: false,
+            sample: true,
+            controllers: ControllerOptions::default(),
+        }
+    }
 }
 
 /// The sample `mcm dev` applies.
@@ -139,6 +155,10 @@ pub struct DevEnvironment {
     pub drivers: DriverRegistry,
     /// The kubelet simulator registering Nodes for booted VMs (absent with `--apiserver-only`).
     pub kubelet: Option<Kubelet>,
+    /// The machine controllers (absent with `--apiserver-only`, or while stopped).
+    pub controllers: Option<Controllers>,
+    /// How the controllers run (kept to restart them).
+    pub controller_options: ControllerOptions,
     /// What was applied from the sample.
     pub sample: Vec<String>,
 }
@@ -165,6 +185,8 @@ impl DevEnvironment {
             cloud: cloud.clone(),
             drivers,
             kubelet: None,
+            controllers: None,
+            controller_options: options.controllers.clone(),
             sample: Vec::new(),
         };
         if options.apiserver_only {
@@ -176,6 +198,8 @@ impl DevEnvironment {
         ));
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
+        environment.start_controllers();
+        progress("started the machine controllers (machine, termination, machine class, secret)");
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
             progress(&format!("applied the sample: {}", environment.sample.join(", ")));
@@ -183,8 +207,32 @@ impl DevEnvironment {
         Ok(environment)
     }
 
-    /// Stops the kubelet and the API server (saving state when a data directory is set).
-    pub async fn shutdown(self) {
+    /// Starts the machine controllers (control and target cluster are both the embedded server), unless running.
+    pub fn start_controllers(&mut self) {
+        if self.controllers.is_none() {
+            let clusters = Clusters { control: self.client.clone(), target: Some(self.client.clone()) };
+            self.controllers =
+                Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));
+        }
+    }
+
+    /// Stops the machine controllers, letting running reconciles finish.
+    pub async fn stop_controllers(&mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.stop().await;
+        }
+    }
+
+    /// Cancels the machine controllers mid-reconcile, as a crash would (the cloud and its VMs stay).
+    pub async fn kill_controllers(&mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.kill().await;
+        }
+    }
+
+    /// Stops the controllers, the kubelet and the API server (saving state when a data directory is set).
+    pub async fn shutdown(mut self) {
+        self.stop_controllers().await;
         if let Some(kubelet) = self.kubelet {
             kubelet.stop().await;
         }

@@ -198,8 +198,7 @@ mod tests {
 
     #[test]
     fn resource_exhausted_retry_caps_the_exhausted_backoff() {
-        let mut config = MachineConfig::default();
-        config.resource_exhausted_retry = mins(2);
+        let mut config = MachineConfig { resource_exhausted_retry: mins(2), ..Default::default() };
         assert_eq!(config.retry_policy().exhausted.max, mins(2));
         config.resource_exhausted_retry = Duration::ZERO;
         assert_eq!(config.retry_policy().exhausted.max, mins(10));

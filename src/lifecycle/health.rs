@@ -19,7 +19,7 @@ pub fn is_healthy(conditions: &[NodeCondition], watched: &[String]) -> bool {
     !conditions.is_empty()
         && conditions.iter().all(|c| {
             let ready_ok = c.type_ != "Ready" || c.status == "True";
-            let watched_ok = !watched.iter().any(|w| *w == c.type_) || c.status == "False";
+            let watched_ok = !watched.contains(&c.type_) || c.status == "False";
             ready_ok && watched_ok
         })
 }

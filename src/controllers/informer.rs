@@ -1,0 +1,171 @@
+//! One watch per kind, shared by every controller: a reflector store to read from, and a notice per change to
+//! each subscriber — deletions included.
+//!
+//! kube-runtime's shared streams (`reflect_shared` + `subscribe`) broadcast only applied objects, never
+//! deletions, and the controllers need both (a deleted Node deletes its Machine; the last Machine of a class
+//! going lets the class's finalizer go). So the informer drives the store's `Writer` itself and fans out
+//! [`Notice`]s; after a re-list it reports what vanished during the gap as deleted. The queues stay
+//! kube-runtime's: subscribers turn notices into `ObjectRef`s for `Controller::reconcile_on`.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{Lookup, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+/// A change to an object.
+#[derive(Debug)]
+pub(crate) enum Notice<K> {
+    /// Created or changed (or listed after a re-list).
+    Applied(Arc<K>),
+    /// Deleted; the last state known.
+    Deleted(Arc<K>),
+}
+
+impl<K> Notice<K> {
+    /// The object.
+    pub(crate) fn object(&self) -> &Arc<K> {
+        match self {
+            Notice::Applied(o) | Notice::Deleted(o) => o,
+        }
+    }
+}
+
+impl<K> Clone for Notice<K> {
+    fn clone(&self) -> Self {
+        match self {
+            Notice::Applied(o) => Notice::Applied(o.clone()),
+            Notice::Deleted(o) => Notice::Deleted(o.clone()),
+        }
+    }
+}
+
+/// A watch of one kind: its store, and the subscribers its driving task feeds.
+pub(crate) struct Informer<K>
+where
+    K: Resource + Lookup<DynamicType = ()> + Clone + 'static,
+{
+    api: Api<K>,
+    config: watcher::Config,
+    writer: Writer<K>,
+    reader: Store<K>,
+    subscribers: Vec<mpsc::UnboundedSender<Notice<K>>>,
+}
+
+impl<K> Informer<K>
+where
+    K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    <K as Lookup>::DynamicType: Default + Eq + Hash + Clone,
+{
+    /// An informer over `api` (not yet running).
+    pub(crate) fn new(api: Api<K>, config: watcher::Config) -> Self {
+        let writer = Writer::default();
+        let reader = writer.as_reader();
+        Informer { api, config, writer, reader, subscribers: Vec::new() }
+    }
+
+    /// The store (ready once the first list is in).
+    pub(crate) fn store(&self) -> Store<K> {
+        self.reader.clone()
+    }
+
+    /// A new subscriber: every notice from now on. Unbounded, so a busy controller never holds up the watch
+    /// (its queue deduplicates by object anyway).
+    pub(crate) fn subscribe(&mut self) -> mpsc::UnboundedReceiver<Notice<K>> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.subscribers.push(tx);
+        rx
+    }
+
+    fn send(&mut self, notice: Notice<K>) {
+        self.subscribers.retain(|s| s.send(notice.clone()).is_ok());
+    }
+
+    /// Runs the watch until the future is dropped.
+    pub(crate) async fn run(mut self) {
+        let kind = <K as Resource>::kind(&()).to_string();
+        let mut events = watcher(self.api.clone(), self.config.clone()).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(e) => {
+                    tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
+                    continue;
+                }
+            };
+            // Before a re-list replaces the store, remember what was there, to report what went meanwhile.
+            let before: Option<HashMap<ObjectRef<K>, Arc<K>>> = matches!(event, watcher::Event::InitDone)
+                .then(|| self.reader.state().into_iter().map(|o| (o.to_object_ref(()), o)).collect());
+            self.writer.apply_watcher_event(&event);
+            match event {
+                watcher::Event::Apply(o) => {
+                    let key = o.to_object_ref(());
+                    let stored = self.reader.get(&key).unwrap_or_else(|| Arc::new(o));
+                    self.send(Notice::Applied(stored));
+                }
+                watcher::Event::Delete(o) => self.send(Notice::Deleted(Arc::new(o))),
+                watcher::Event::InitDone => {
+                    let now = self.reader.state();
+                    let mut before = before.unwrap_or_default();
+                    for o in &now {
+                        before.remove(&o.to_object_ref(()));
+                    }
+                    for gone in before.into_values() {
+                        self.send(Notice::Deleted(gone));
+                    }
+                    for o in now {
+                        self.send(Notice::Applied(o));
+                    }
+                }
+                watcher::Event::Init | watcher::Event::InitApply(_) => {}
+            }
+        }
+    }
+}
+
+/// Passes a notice on only when `key` of its object changed since the last notice for that object (or the object
+/// was deleted): e.g. a Node's heartbeat changes nothing a machine cares about.
+pub(crate) struct Changed<K, T> {
+    seen: HashMap<String, T>,
+    key: fn(&K) -> T,
+}
+
+impl<K: Resource, T: PartialEq> Changed<K, T> {
+    /// A filter on `key`.
+    pub(crate) fn new(key: fn(&K) -> T) -> Self {
+        Changed { seen: HashMap::new(), key }
+    }
+
+    /// Whether to pass `notice` on; remembers its key.
+    pub(crate) fn pass(&mut self, notice: &Notice<K>) -> bool {
+        let object = notice.object();
+        let id = object.meta().uid.clone().unwrap_or_else(|| {
+            format!(
+                "{}/{}",
+                object.meta().namespace.as_deref().unwrap_or(""),
+                object.meta().name.as_deref().unwrap_or("")
+            )
+        });
+        match notice {
+            Notice::Deleted(_) => {
+                self.seen.remove(&id);
+                true
+            }
+            Notice::Applied(o) => {
+                let key = (self.key)(o);
+                if self.seen.get(&id) == Some(&key) {
+                    return false;
+                }
+                self.seen.insert(id, key);
+                true
+            }
+        }
+    }
+}
