@@ -6,5 +6,6 @@
 mod apiserver;
 mod cli;
 mod dev;
+mod machines;
 mod providers;
 mod support;
