@@ -71,6 +71,11 @@ impl RetryBook {
     pub(crate) fn reset(&self, key: &str) {
         lock(&self.attempts).remove(key);
     }
+
+    /// Forgets every flow of object `object` (`namespace/name`), once it is gone.
+    pub(crate) fn forget(&self, object: &str) {
+        lock(&self.attempts).retain(|k, _| k.split_once(':').is_none_or(|(_, o)| o != object));
+    }
 }
 
 /// Machines inside the create flow. The termination controller leaves them alone until the flow is done (MCM's

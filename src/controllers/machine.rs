@@ -77,6 +77,7 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     let now = Timestamp::now();
     let gate = format!("create:{}", key_of(&*machine));
     let next = run(&machine, &ctx, now, &gate).await?;
+    ctx.retries.reset(&format!("api:{}", key_of(&*machine)));
     Ok(requeue(&ctx, &gate, next, now))
 }
 
@@ -414,6 +415,12 @@ async fn create_flow(
             Err(e) => return fail_initialize(machine, api, ctx, &e, now, effective, deadline).await,
         },
         AfterStatus::Create => {
+            // The store may have seen the deletion request since this reconcile began: then create nothing (the
+            // termination controller waits for this flow, and would otherwise find no VM to delete).
+            let latest = ctx.machines.get(&ObjectRef::from_obj(machine));
+            if latest.is_none_or(|m| m.metadata.deletion_timestamp.is_some()) {
+                return Ok(Next::Done);
+            }
             let created = driver.create_machine(&request).await;
             let decision = create::after_create(created, &name, |node| ctx.node(node).is_some());
             match decision {

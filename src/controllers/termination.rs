@@ -52,6 +52,9 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     }
     let now = Timestamp::now();
     let next = run(&machine, &ctx, now).await?;
+    if matches!(next, Next::Done) {
+        ctx.retries.forget(&key);
+    }
     Ok(requeue(&ctx, &gate, next, now))
 }
 

@@ -123,13 +123,6 @@ async fn a_reconcile_that_changes_nothing_writes_nothing() {
     env.machine("quiet", "small").await;
     env.wait_phase("quiet", MachinePhase::Running, WAIT).await;
     let faults = env.dev.server.faults();
-    // The join's last writes (annotation, node template) settle first.
-    wait_until("the writes of the join to settle", WAIT, || async {
-        let node = env.nodes().get("quiet").await.ok()?;
-        node.metadata.labels.as_ref()?.get(MACHINE_NAME_LABEL)?;
-        Some(())
-    })
-    .await;
     let counted = ["machines", "machines/status", "machineclasses", "secrets", "nodes"];
     let writes = || {
         faults
@@ -142,6 +135,17 @@ async fn a_reconcile_that_changes_nothing_writes_nothing() {
             .map(|(_, n)| *n)
             .sum::<u64>()
     };
+    // The join's last writes settle first: no write for a few resyncs in a row.
+    let mut last = (writes(), std::time::Instant::now());
+    wait_until("the writes of the join to settle", WAIT, || {
+        let now = writes();
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        }
+        let settled = last.1.elapsed() > std::time::Duration::from_millis(600);
+        async move { settled.then_some(()) }
+    })
+    .await;
     let reads_before = faults.request_count(mcm::apiserver::faults::Verb::Get, "machines");
     let before = writes();
     // About five resyncs of the machine (every 200 ms); each reconciles from the stores and decides nothing.
@@ -153,5 +157,33 @@ async fn a_reconcile_that_changes_nothing_writes_nothing() {
         "reads come from stores"
     );
     assert_eq!(writes, 0, "{:?}", faults.request_counts());
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_target_cluster_machines_become_available() {
+    use mcm::controllers::{Clusters, Controllers};
+    let mut env = Env::start(fast_options()).await;
+    env.dev.kill_controllers().await;
+    let clusters = Clusters { control: env.client(), target: None };
+    let controllers = Controllers::start(clusters, env.dev.drivers.clone(), fast_options());
+    env.class("small", json!({})).await;
+    env.machine("solo", "small").await;
+    let m = env.wait_phase("solo", MachinePhase::Available, WAIT).await;
+    let status = m.status.unwrap();
+    let addresses = status.addresses.unwrap();
+    assert!(addresses.iter().any(|a| a.type_ == "Hostname" && a.address == "solo"), "{addresses:?}");
+    assert!(addresses.iter().any(|a| a.type_ == "InternalIP"), "{addresses:?}");
+    let op = status.last_operation.unwrap();
+    assert_eq!(op.description.as_deref(), Some("Created machine on cloud provider"));
+    assert_eq!(op.state, Some(MachineState::Successful));
+    assert!(!m.metadata.labels.unwrap_or_default().contains_key("node"), "no node label without a target cluster");
+    let tokens: Api<Secret> = Api::namespaced(env.client(), "kube-system");
+    assert!(tokens.get_opt(&token_secret_name(&token_id("solo"))).await.unwrap().is_none(), "no bootstrap token");
+
+    env.machines().delete("solo", &kube::api::DeleteParams::default()).await.unwrap();
+    env.wait_gone("solo", WAIT).await;
+    assert!(env.vms_of("solo").is_empty());
+    controllers.stop().await;
     env.shutdown().await;
 }
