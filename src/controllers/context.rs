@@ -193,3 +193,56 @@ impl Context {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::RetryPolicy;
+
+    fn config() -> MachineConfig {
+        MachineConfig {
+            retry: RetryPolicy::uniform(Duration::from_secs(1), Duration::from_secs(8)),
+            ..MachineConfig::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_back_off_gate_and_reset() {
+        let book = RetryBook::default();
+        let c = config();
+        let delays: Vec<Duration> = (0..5).map(|_| book.fail("create:ns/m", RetryClass::Other, &c, None)).collect();
+        let secs: Vec<u64> = delays.iter().map(Duration::as_secs).collect();
+        assert_eq!(secs, [1, 2, 4, 8, 8]);
+        assert_eq!(book.waiting("create:ns/m"), Some(Duration::from_secs(8)));
+        tokio::time::advance(Duration::from_secs(8)).await;
+        assert_eq!(book.waiting("create:ns/m"), None, "due again");
+        assert_eq!(
+            book.fail("create:ns/m", RetryClass::Other, &c, Some(Duration::from_millis(10))),
+            Duration::from_millis(10)
+        );
+        book.reset("create:ns/m");
+        assert_eq!(book.fail("create:ns/m", RetryClass::Other, &c, None), Duration::from_secs(1));
+        book.fail("delete:ns/m", RetryClass::Other, &c, None);
+        book.fail("delete:ns/other", RetryClass::Other, &c, None);
+        book.forget("ns/m");
+        assert_eq!(book.waiting("create:ns/m"), None);
+        assert_eq!(book.waiting("delete:ns/m"), None);
+        assert!(book.waiting("delete:ns/other").is_some(), "other machines keep theirs");
+    }
+
+    #[test]
+    fn in_flight_guard_releases_on_drop() {
+        let set = InFlight::default();
+        {
+            let _g = set.enter("ns/m");
+            assert!(set.contains("ns/m"));
+        }
+        assert!(!set.contains("ns/m"));
+    }
+
+    #[test]
+    fn notes_are_cut_on_char_boundaries() {
+        assert_eq!(truncate("héllo".to_string(), 2), "h");
+        assert_eq!(truncate("abc".to_string(), 10), "abc");
+    }
+}

@@ -169,3 +169,37 @@ impl<K: Resource, T: PartialEq> Changed<K, T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    fn cm(uid: &str, value: &str) -> Arc<ConfigMap> {
+        let mut c = ConfigMap::default();
+        c.metadata.uid = Some(uid.into());
+        c.data = Some([("k".to_string(), value.to_string())].into());
+        Arc::new(c)
+    }
+
+    fn value(c: &ConfigMap) -> Option<String> {
+        c.data.as_ref()?.get("k").cloned()
+    }
+
+    #[test]
+    fn changed_passes_key_changes_and_deletions() {
+        let mut filter = Changed::new(value);
+        let cases = [
+            ("first sight", Notice::Applied(cm("a", "1")), true),
+            ("same key", Notice::Applied(cm("a", "1")), false),
+            ("other object", Notice::Applied(cm("b", "1")), true),
+            ("new key", Notice::Applied(cm("a", "2")), true),
+            ("deleted", Notice::Deleted(cm("a", "2")), true),
+            ("back after deletion", Notice::Applied(cm("a", "2")), true),
+        ];
+        for (name, notice, want) in cases {
+            assert_eq!(filter.pass(&notice), want, "{name}");
+        }
+    }
+}
