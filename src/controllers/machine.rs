@@ -329,13 +329,13 @@ async fn bootstrap_token(
     let expires = clock::plus(Timestamp::now(), effective.creation_timeout);
     let wanted =
         userdata::token_secret(&machine.name_any(), &secret, expires, &ctx.config.bootstrap_token_auth_extra_groups);
-    let stored = match (existing, secrets.create(&PostParams::default(), &wanted).await) {
-        (_, Ok(created)) => created,
+    let stored = match secrets.create(&PostParams::default(), &wanted).await {
+        Ok(created) => created,
         // Another reconcile made it first.
-        (_, Err(e)) if is_conflict(&e) => {
+        Err(e) if is_conflict(&e) => {
             secrets.get(&name).await.map_err(|e| Error::kube("get bootstrap token", object.clone(), e))?
         }
-        (_, Err(e)) => return Err(Error::kube("create bootstrap token", object, e)),
+        Err(e) => return Err(Error::kube("create bootstrap token", object, e)),
     };
     // A token Secret someone left without id or secret cannot be fixed here; a driver error names it.
     Ok(userdata::token_of(&stored).unwrap_or_default())

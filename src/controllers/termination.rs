@@ -21,9 +21,11 @@ use super::error::{Error, is_not_found};
 use super::machine::{Next, class_info, class_secrets, machine_info, requeue, write_status};
 use super::writes;
 use crate::api::mcm::{Machine, MachineClass};
-use crate::drain::{self, DrainError, DrainOptions};
+use crate::drain::{self, DrainError, DrainOptions, DrainOutcome};
 use crate::lifecycle::delete::{self, DrainPlan, FindVm, NodeDeletion, Outcome, Step, VolumeAttachments};
-use crate::lifecycle::names::{MACHINE_FINALIZER, MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL};
+use crate::lifecycle::names::{
+    MACHINE_FINALIZER, MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, TERMINATING_CONDITION,
+};
 use crate::lifecycle::status::EventSpec;
 use crate::lifecycle::{Effective, class, create};
 use crate::providers::{Driver, DriverError, MachineRequest};
@@ -160,41 +162,51 @@ async fn find_vm(machine: &mut Machine, api: &Api<Machine>, ctx: &Context) -> Re
 /// Sets the `Terminating` condition, cordons and drains (the drain step).
 async fn drain_node(machine: &Machine, ctx: &Context, now: Timestamp, effective: &Effective) -> Outcome {
     let force = delete::force_reason(machine, now, effective, &ctx.config);
-    let options =
-        match (delete::drain_plan(machine, ctx.target.is_some(), force, now, effective, &ctx.config), &ctx.target) {
-            (DrainPlan::Skip(outcome), _) => return outcome,
-            (DrainPlan::Drain(options), Some(target)) => (options, target),
-            // A plan to drain implies a target cluster.
-            (DrainPlan::Drain(_), None) => return delete::after_drain(Ok(()), false),
-        };
-    let (options, target) = options;
+    let plan = delete::drain_plan(machine, ctx.target.is_some(), force, now, effective, &ctx.config);
+    let (options, target) = match (plan, &ctx.target) {
+        (DrainPlan::Skip(outcome), _) => return outcome,
+        (DrainPlan::Drain(options), Some(target)) => (options, target),
+        // A plan to drain implies a target cluster.
+        (DrainPlan::Drain(_), None) => return delete::after_drain(Ok(()), false),
+    };
     if let Some(reason) = force {
         tracing::info!(machine = %key_of(machine), ?reason, node = %options.node, "forcing the drain");
     }
     let result = prepare_and_drain(machine, ctx, target, &options, now).await;
-    if let Err(e) = &result {
-        ctx.publish(machine, EventSpec::warning("FailedDrain", format!("Draining node {} failed: {e}", options.node)))
-            .await;
-    } else {
-        ctx.publish(machine, EventSpec::normal("Drained", format!("Drained node {}", options.node))).await;
+    match &result {
+        Ok(Some(done)) => {
+            let note = format!(
+                "Drained node {}: {} pods evicted, {} deleted",
+                options.node,
+                done.evicted.len(),
+                done.deleted.len()
+            );
+            ctx.publish(machine, EventSpec::normal("Drained", note)).await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            let note = format!("Draining node {} failed: {e}", options.node);
+            ctx.publish(machine, EventSpec::warning("FailedDrain", note)).await;
+        }
     }
-    delete::after_drain(result, options.force)
+    delete::after_drain(result.map(|_| ()), options.force)
 }
 
-/// The drain and what precedes it. A forced drain goes on past a failed condition update or cordon (MCM).
+/// The drain and what precedes it; `Ok(None)` when there was nothing to drain with. A forced drain goes on past a
+/// failed condition update or cordon (MCM).
 async fn prepare_and_drain(
     machine: &Machine,
     ctx: &Context,
     target: &kube::Client,
     options: &DrainOptions,
     now: Timestamp,
-) -> Result<(), String> {
+) -> Result<Option<DrainOutcome>, String> {
     if let Some(node) = ctx.node(&options.node) {
         let existing = node
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Terminating"));
+            .and_then(|c| c.iter().find(|c| c.type_ == TERMINATING_CONDITION));
         let condition = delete::terminating_condition(machine, existing, now);
         let nodes: Api<Node> = Api::all(target.clone());
         let patch = json!({"status": {"conditions": [condition]}});
@@ -208,31 +220,24 @@ async fn prepare_and_drain(
             Err(e) => return Err(format!("failure in update of node conditions - {e}")),
         }
     }
-    match not_implemented_is_done(drain::cordon(target, &options.node).await) {
-        Ok(()) => {}
+    match not_implemented_is_none(drain::cordon(target, &options.node).await) {
+        Ok(_) => {}
         Err(e) if options.force => tracing::warn!(node = %options.node, error = %e, "cordon failed; forced, going on"),
         Err(e) => return Err(e.to_string()),
     }
     let driver = cloud(machine, ctx).ok().map(|c| c.driver);
-    let outcome = drain::drain(target, driver.as_deref(), options).await.map(|o| {
-        tracing::info!(
-            node = %options.node,
-            evicted = o.evicted.len(),
-            deleted = o.deleted.len(),
-            "drained"
-        );
-    });
-    not_implemented_is_done(outcome).map_err(|e| e.to_string())
+    not_implemented_is_none(drain::drain(target, driver.as_deref(), options).await).map_err(|e| e.to_string())
 }
 
 /// Until the drain implementation lands, `cordon` and `drain` answer `NotImplemented`; treat that as "nothing to
-/// do" so deletion works end to end. Remove this when `crate::drain` is implemented (the variant goes with it).
-fn not_implemented_is_done<T>(result: Result<T, DrainError>) -> Result<(), DrainError> {
+/// do" (`None`) so deletion works end to end. Remove this when `crate::drain` is implemented (the variant goes
+/// with it).
+fn not_implemented_is_none<T>(result: Result<T, DrainError>) -> Result<Option<T>, DrainError> {
     match result {
-        Ok(_) => Ok(()),
+        Ok(done) => Ok(Some(done)),
         Err(DrainError::NotImplemented) => {
             tracing::debug!("drain is not implemented yet; treating the node as drained");
-            Ok(())
+            Ok(None)
         }
         Err(e) => Err(e),
     }

@@ -187,3 +187,31 @@ async fn without_a_target_cluster_machines_become_available() {
     controllers.stop().await;
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_waits_for_critical_components() {
+    let env = Env::start(fast_options()).await;
+    env.class("small", json!({})).await;
+    let tainted = "  nodeTemplate:
+    spec:
+      taints:
+      - key: node.gardener.cloud/critical-components-not-ready
+        effect: NoSchedule
+";
+    env.create("m.yaml", &machine_yaml("gated", "small", tainted)).await;
+    // The Node is Ready, but carries the taint: the machine stays Pending.
+    wait_until("a Ready Node with the taint", WAIT, || async {
+        let m = env.machines().get("gated").await.ok()?;
+        let ready = m.status.as_ref()?.conditions.as_ref()?.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(())
+    })
+    .await;
+    assert_eq!(super::phase_of(&env.machines().get("gated").await.unwrap()), Some(MachinePhase::Pending));
+    // Gardener's components report ready: here, the template drops the taint, and the three-way merge removes it.
+    let patch = json!({"spec": {"nodeTemplate": {"spec": {"taints": []}}}});
+    env.machines().patch("gated", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    env.wait_phase("gated", MachinePhase::Running, WAIT).await;
+    let node = env.nodes().get("gated").await.unwrap();
+    assert!(node.spec.unwrap().taints.unwrap_or_default().is_empty());
+    env.shutdown().await;
+}
