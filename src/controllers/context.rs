@@ -142,6 +142,8 @@ pub(crate) struct Context {
     pub secrets: Store<Secret>,
     /// Nodes of the target cluster.
     pub nodes: Option<Store<Node>>,
+    /// Each store's readiness (see `Informer::ready`).
+    pub ready: Vec<tokio::sync::watch::Receiver<bool>>,
     /// One recorder for all events (it aggregates repeats).
     pub recorder: Recorder,
     /// Retry counts.
@@ -156,12 +158,9 @@ impl Context {
     /// Waits until every store has its first list (a decision on a half-filled store could, say, remove a class
     /// finalizer because the machines using it are not listed yet).
     pub(crate) async fn ready(&self) {
-        // An error means the informer is gone, i.e. we are shutting down; the reconcile then ends with it.
-        let _ = self.machines.wait_until_ready().await;
-        let _ = self.classes.wait_until_ready().await;
-        let _ = self.secrets.wait_until_ready().await;
-        if let Some(nodes) = &self.nodes {
-            let _ = nodes.wait_until_ready().await;
+        for ready in &self.ready {
+            // An error means the informer is gone, i.e. we are shutting down; the reconcile then ends with it.
+            let _ = ready.clone().wait_for(|r| *r).await;
         }
     }
 

@@ -18,7 +18,7 @@ use kube::runtime::reflector::{Lookup, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 /// A change to an object.
 #[derive(Debug)]
@@ -57,6 +57,7 @@ where
     writer: Writer<K>,
     reader: Store<K>,
     subscribers: Vec<mpsc::UnboundedSender<Notice<K>>>,
+    ready: watch::Sender<bool>,
 }
 
 impl<K> Informer<K>
@@ -68,7 +69,13 @@ where
     pub(crate) fn new(api: Api<K>, config: watcher::Config) -> Self {
         let writer = Writer::default();
         let reader = writer.as_reader();
-        Informer { api, config, writer, reader, subscribers: Vec::new() }
+        Informer { api, config, writer, reader, subscribers: Vec::new(), ready: watch::channel(false).0 }
+    }
+
+    /// Turns `true` once the store has its first list. Unlike `Store::wait_until_ready`, whose one-shot channel
+    /// wakes only the last of several concurrent waiters, any number of reconciles can wait on this.
+    pub(crate) fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
     }
 
     /// The store (ready once the first list is in).
@@ -113,6 +120,8 @@ where
                 watcher::Event::Delete(o) => self.send(Notice::Deleted(Arc::new(o))),
                 watcher::Event::InitDone => {
                     let now = self.reader.state();
+                    tracing::debug!(kind = %kind, objects = now.len(), "listed");
+                    self.ready.send_replace(true);
                     let mut before = before.unwrap_or_default();
                     for o in &now {
                         before.remove(&o.to_object_ref(()));

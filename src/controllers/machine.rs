@@ -43,6 +43,9 @@ pub(crate) enum Next {
     },
     /// Still backing off from an earlier failure: look again after this long (the retry count stays).
     Sleep(Duration),
+    /// Waiting for something else (the class, a replacement budget): look again after the back-off of `class`,
+    /// counted apart from the flow's own failures, so the flow runs at once when the wait is over.
+    Poll(RetryClass),
     /// The machine is gone or going; nothing to requeue.
     Done,
 }
@@ -55,6 +58,7 @@ pub(crate) fn requeue(ctx: &Context, gate: &str, next: Next, now: Timestamp) -> 
     match next {
         Next::Done => Action::await_change(),
         Next::Sleep(d) => Action::requeue(d.min(ctx.config.resync)),
+        Next::Poll(class) => Action::requeue(ctx.retries.fail(&format!("poll-{gate}"), class, &ctx.config, None)),
         Next::Wake(at) => {
             ctx.retries.reset(gate);
             let delay = at.map_or(ctx.config.resync, |at| clock::until(now, at) + DEADLINE_SLACK);
@@ -98,14 +102,15 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
     let class = match class::check_class(machine, stored_class.as_deref()) {
         Ok(class) => class,
         Err(ClassProblem::NoFinalizer(_)) => {
-            // The class controller adds it at once, and its change wakes us; the retry is a backstop.
-            return Ok(Next::Retry { class: RetryClass::Api, deadline: None });
+            // The class controller adds it at once, and its change wakes us; the poll is a backstop.
+            return Ok(Next::Poll(RetryClass::Api));
         }
         Err(problem) => {
             ctx.publish(machine, EventSpec::warning("ClassNotReady", problem.to_string())).await;
-            return Ok(Next::Retry { class: RetryClass::Other, deadline: None });
+            return Ok(Next::Poll(RetryClass::Other));
         }
     };
+    ctx.retries.reset(&format!("poll-{gate}"));
 
     if !class::has_finalizer(machine.metadata.finalizers.as_ref(), MACHINE_FINALIZER) {
         writes::add_finalizer(&api, machine, MACHINE_FINALIZER).await?;
@@ -179,7 +184,7 @@ async fn health_step(
             }
             Ok(Some(Next::Wake(wake_at)).filter(|_| wake_at.is_some()))
         }
-        Health::DeferFailure => Ok(Some(Next::Retry { class: RetryClass::Other, deadline: None })),
+        Health::DeferFailure => Ok(Some(Next::Poll(RetryClass::Other))),
         Health::MarkFailed { patch } => mark_failed(machine, api, ctx, patch, now).await.map(Some),
         Health::DeleteMachine { node } => {
             let note = format!("Node {node} was deleted; deleting machine {}", machine.name_any());
@@ -243,7 +248,7 @@ async fn mark_failed(
             in_progress = busy,
             "not marking the machine Failed yet: other machines of its MachineDeployment are being replaced"
         );
-        return Ok(Next::Retry { class: RetryClass::Transient, deadline: None });
+        return Ok(Next::Poll(RetryClass::Transient));
     }
     write_status(ctx, api, machine, patch).await?;
     let key = ObjectRef::from_obj(machine);
@@ -378,7 +383,7 @@ async fn create_flow(
         Ok(secret) => secret,
         Err(e) => {
             ctx.publish(machine, EventSpec::warning("MissingUserData", e.to_string())).await;
-            return Ok(retry(RetryClass::Other));
+            return Ok(Next::Poll(RetryClass::Other));
         }
     };
     let mut request = MachineRequest {

@@ -126,6 +126,15 @@ impl Controllers {
             classes: classes.store(),
             secrets: secrets.store(),
             nodes: nodes.as_ref().map(Informer::store),
+            ready: [
+                Some(machines.ready()),
+                Some(classes.ready()),
+                Some(secrets.ready()),
+                nodes.as_ref().map(Informer::ready),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
             recorder: Recorder::new(
                 control.clone(),
                 Reporter { controller: "machine-controller".into(), instance: None },

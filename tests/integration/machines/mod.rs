@@ -52,8 +52,12 @@ pub struct Env {
 }
 
 impl Env {
-    /// Starts an environment whose controllers run with `options`.
+    /// Starts an environment whose controllers run with `options`. `RUST_LOG` turns on the controllers' logs
+    /// (shown for failing tests).
     pub async fn start(options: ControllerOptions) -> Env {
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+            let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+        }
         let dir = TempDir::new("mcm-machines");
         let dev_options = DevOptions {
             listen: Some("127.0.0.1:0".parse().unwrap()),
