@@ -8,6 +8,8 @@
 //!   controller, deleting machines to the termination controller. Each has its own bounded concurrency
 //!   (`concurrent_syncs`), so terminations (drains can take hours) never starve creations (MCM #943).
 //! - Reconciles are thin (`observe -> lifecycle decides -> act`); retries back off per machine (`RetryBook`).
+//! - Mapping a Node or class change to its machines scans the Machine store; Node heartbeats are filtered out
+//!   first, so this stays cheap for thousands of machines (an index by node name would be the next step).
 //!
 //! Imports `api`, `lifecycle`, `providers` and `drain`; nothing imports it but `dev` and `cli`.
 
