@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, ServerConfig};
+use crate::controllers::{Clusters, ControllerOptions, Controllers};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
@@ -28,6 +29,21 @@ pub struct DevOptions {
     pub apiserver_only: bool,
     /// Apply the sample objects (`config/samples/inmemory-machinedeployment.yaml`).
     pub sample: bool,
+    /// How the machine controllers run.
+    pub controllers: ControllerOptions,
+}
+
+impl Default for DevOptions {
+    fn default() -> Self {
+        DevOptions {
+            listen: None,
+            kubeconfig_out: PathBuf::from(".mcm/kubeconfig"),
+            data_dir: None,
+            apiserver_only: false,
+            sample: true,
+            controllers: ControllerOptions::default(),
+        }
+    }
 }
 
 /// The sample `mcm dev` applies.
@@ -133,12 +149,18 @@ pub struct DevEnvironment {
     pub server: ApiServer,
     /// A client for it.
     pub client: kube::Client,
+    /// A client without kube-rs's automatic 429 retries, for drains.
+    pub drain_client: kube::Client,
     /// The in-memory cloud; VMs outlive controllers.
     pub cloud: InMemoryCloud,
     /// The drivers controllers use (`InMemory`).
     pub drivers: DriverRegistry,
     /// The kubelet simulator registering Nodes for booted VMs (absent with `--apiserver-only`).
     pub kubelet: Option<Kubelet>,
+    /// The machine controllers (absent with `--apiserver-only`, or while stopped).
+    pub controllers: Option<Controllers>,
+    /// How the controllers run (kept to restart them).
+    pub controller_options: ControllerOptions,
     /// What was applied from the sample.
     pub sample: Vec<String>,
 }
@@ -156,15 +178,20 @@ impl DevEnvironment {
             progress(&format!("state is kept in {}", dir.display()));
         }
         let client = server.client().await?;
+        let drain_client = crate::drain::client_for_drain(server.kube_config().await?)
+            .map_err(|e| DevError::Client(crate::apiserver::ClientError::Client(e)))?;
         let cloud = InMemoryCloud::new();
         let mut drivers = DriverRegistry::new();
         drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),
+            drain_client,
             cloud: cloud.clone(),
             drivers,
             kubelet: None,
+            controllers: None,
+            controller_options: options.controllers.clone(),
             sample: Vec::new(),
         };
         if options.apiserver_only {
@@ -176,6 +203,8 @@ impl DevEnvironment {
         ));
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
+        environment.start_controllers();
+        progress("started the machine controllers (machine, termination, machine class, secret)");
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
             progress(&format!("applied the sample: {}", environment.sample.join(", ")));
@@ -183,8 +212,36 @@ impl DevEnvironment {
         Ok(environment)
     }
 
-    /// Stops the kubelet and the API server (saving state when a data directory is set).
-    pub async fn shutdown(self) {
+    /// Starts the machine controllers (control and target cluster are both the embedded server), unless running.
+    pub fn start_controllers(&mut self) {
+        if self.controllers.is_none() {
+            let clusters = Clusters {
+                control: self.client.clone(),
+                target: Some(self.client.clone()),
+                drain: Some(self.drain_client.clone()),
+            };
+            self.controllers =
+                Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));
+        }
+    }
+
+    /// Stops the machine controllers, letting running reconciles finish.
+    pub async fn stop_controllers(&mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.stop().await;
+        }
+    }
+
+    /// Cancels the machine controllers mid-reconcile, as a crash would (the cloud and its VMs stay).
+    pub async fn kill_controllers(&mut self) {
+        if let Some(controllers) = self.controllers.take() {
+            controllers.kill().await;
+        }
+    }
+
+    /// Stops the controllers, the kubelet and the API server (saving state when a data directory is set).
+    pub async fn shutdown(mut self) {
+        self.stop_controllers().await;
         if let Some(kubelet) = self.kubelet {
             kubelet.stop().await;
         }

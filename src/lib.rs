@@ -7,6 +7,7 @@ pub mod api;
 pub mod apiserver;
 pub mod bench;
 pub mod cli;
+pub mod controllers;
 pub mod dev;
 pub mod drain;
 pub mod lifecycle;

@@ -10,6 +10,10 @@ use clap::{Parser, Subcommand};
 
 use crate::api;
 
+mod flags;
+
+pub use flags::MachineControllerFlags;
+
 /// Version information compiled into the binary.
 pub mod version {
     /// The crate version.
@@ -29,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a local control plane: the embedded API server with our CRDs, writing a kubeconfig for kubectl.
-    Dev(DevArgs),
+    Dev(Box<DevArgs>),
     /// Measure speed and memory (see docs/benchmarks.md).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -72,6 +76,8 @@ struct DevArgs {
     /// Run the API server alone: no CRDs, no controllers, no sample (for exploring with kubectl).
     #[arg(long)]
     apiserver_only: bool,
+    #[command(flatten)]
+    controllers: MachineControllerFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -138,6 +144,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 data_dir: args.data_dir,
                 apiserver_only: args.apiserver_only,
                 sample: !args.no_sample,
+                controllers: args.controllers.options(),
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

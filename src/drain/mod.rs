@@ -103,9 +103,6 @@ pub enum DrainError {
         /// The cause.
         source: kube::Error,
     },
-    /// Never returned since the implementation landed; kept so that code written against the interface compiles.
-    #[error("draining is not implemented yet")]
-    NotImplemented,
 }
 
 /// A client for draining: `config` without kube-rs's own retries of 429/503/504, so PodDisruptionBudget refusals

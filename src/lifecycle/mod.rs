@@ -1,7 +1,36 @@
-//! Pure decisions: observed state in, actions out. No client, no clock, no randomness.
+//! Pure decisions on MCM's hub types: given what was observed (a Machine, its class, its
+//! Node, a driver's answer), the time `now` and the configuration, what to write and when to look again. No client,
+//! no clock, no randomness in here; the controllers in [`crate::controllers`] observe and act.
+//!
+//! - [`config`]: MCM's flags and per-machine overrides; [`retry`]: back-off per driver error code.
+//! - [`create`]: the create flow; [`health`]: join, health and the timeouts; [`replacement`]: meltdown protection.
+//! - [`delete`]: the deletion flow keyed on MCM's `lastOperation.description` steps.
+//! - [`node_sync`]: the node template's three-way merge onto the Node.
+//! - [`class`]: MachineClass and Secret finalizers, node template validation.
+//! - [`userdata`]: secret merging, `userData` templating, bootstrap tokens.
+//! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's names and texts.
+//! - [`machine_set`], [`machine_deployment`], [`deletion_order`], [`freeze`]: MachineSet and MachineDeployment
+//!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`).
+//!
+//! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod class;
+pub mod clock;
+pub mod config;
+pub mod create;
+pub mod delete;
 pub mod deletion_order;
 pub mod freeze;
+pub mod health;
 pub mod machine_deployment;
 pub mod machine_set;
+pub mod names;
+pub mod node_sync;
 mod object_meta;
+pub mod replacement;
+pub mod retry;
+pub mod status;
+pub mod userdata;
+
+pub use config::{Effective, MachineConfig};
+pub use retry::{Backoff, RetryClass, RetryPolicy};

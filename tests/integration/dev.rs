@@ -64,6 +64,7 @@ async fn dev_building_blocks_apply_the_sample_and_turn_vms_into_ready_nodes() {
         data_dir: None,
         apiserver_only: false,
         sample: true,
+        ..Default::default()
     };
     let env = DevEnvironment::start(&options, |_| {}).await.unwrap();
     let client = env.client.clone();

@@ -7,5 +7,6 @@ mod apiserver;
 mod cli;
 mod dev;
 mod drain;
+mod machines;
 mod providers;
 mod support;

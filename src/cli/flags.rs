@@ -1,0 +1,103 @@
+//! The machine controller's flags, with MCM's names and defaults (`mcm-behaviour.md` §4.2), shared by `mcm dev`
+//! and (later) `mcm run`.
+
+use crate::api::Duration;
+use crate::controllers::ControllerOptions;
+use crate::lifecycle::MachineConfig;
+use crate::lifecycle::config::{DEFAULT_NODE_CONDITIONS, parse_node_conditions};
+
+/// Flags of the machine controllers.
+#[derive(Clone, Debug, clap::Args)]
+pub struct MachineControllerFlags {
+    /// A machine still Pending or CrashLoopBackOff this long after its creation becomes Failed.
+    #[arg(long, value_name = "DURATION", default_value = "20m")]
+    pub machine_creation_timeout: Duration,
+    /// A machine Unknown (unhealthy) this long becomes Failed.
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub machine_health_timeout: Duration,
+    /// A drain running this long after the deletion request is forced.
+    #[arg(long, value_name = "DURATION", default_value = "2h")]
+    pub machine_drain_timeout: Duration,
+    /// Eviction retries a PodDisruptionBudget may refuse before the pod is deleted.
+    #[arg(long, value_name = "N", default_value_t = 360)]
+    pub machine_max_evict_retries: u32,
+    /// Node conditions that make a machine unhealthy unless False (comma-separated).
+    #[arg(long, value_name = "LIST", default_value = DEFAULT_NODE_CONDITIONS)]
+    pub node_conditions: String,
+    /// The longest wait before creating again after a ResourceExhausted error (0 means 10m).
+    #[arg(long, value_name = "DURATION", default_value = "10m")]
+    pub resource_exhausted_retry: Duration,
+    /// Unknown machines of one MachineDeployment that may be replaced at a time (MCM hard-codes 1).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub max_replacements: u32,
+    /// `auth-extra-groups` of the bootstrap tokens.
+    #[arg(long, value_name = "GROUPS", default_value = "")]
+    pub bootstrap_token_auth_extra_groups: String,
+    /// How long a drain waits for a pod's volumes to detach.
+    #[arg(long, value_name = "DURATION", default_value = "2m")]
+    pub machine_pv_detach_timeout: Duration,
+    /// How long a drain waits for a detached volume to attach elsewhere.
+    #[arg(long, value_name = "DURATION", default_value = "90s")]
+    pub machine_pv_reattach_timeout: Duration,
+    /// Reconciles at once per controller (the machine and termination controllers each get this many).
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub concurrent_syncs: u16,
+}
+
+impl MachineControllerFlags {
+    /// The controller options these flags describe.
+    pub fn options(&self) -> ControllerOptions {
+        let machine = MachineConfig {
+            creation_timeout: self.machine_creation_timeout.0,
+            health_timeout: self.machine_health_timeout.0,
+            drain_timeout: self.machine_drain_timeout.0,
+            max_evict_retries: self.machine_max_evict_retries,
+            node_conditions: parse_node_conditions(&self.node_conditions),
+            resource_exhausted_retry: self.resource_exhausted_retry.0,
+            max_replacements: self.max_replacements,
+            bootstrap_token_auth_extra_groups: self.bootstrap_token_auth_extra_groups.clone(),
+            pv_detach_timeout: self.machine_pv_detach_timeout.0,
+            pv_reattach_timeout: self.machine_pv_reattach_timeout.0,
+            ..MachineConfig::default()
+        };
+        ControllerOptions { machine, concurrent_syncs: self.concurrent_syncs.max(1), ..ControllerOptions::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: MachineControllerFlags,
+    }
+
+    #[test]
+    fn defaults_are_mcms() {
+        let options = Cli::parse_from(["mcm"]).flags.options();
+        assert_eq!(options.machine, MachineConfig::default());
+        assert_eq!(options.concurrent_syncs, 50);
+    }
+
+    #[test]
+    fn flags_set_the_config() {
+        let cli = Cli::parse_from([
+            "mcm",
+            "--machine-creation-timeout=90s",
+            "--machine-health-timeout",
+            "1m",
+            "--node-conditions=Ready,DiskPressure",
+            "--max-replacements=3",
+        ]);
+        let options = cli.flags.options();
+        assert_eq!(options.machine.creation_timeout, std::time::Duration::from_secs(90));
+        assert_eq!(options.machine.health_timeout, std::time::Duration::from_secs(60));
+        assert_eq!(options.machine.node_conditions, ["Ready", "DiskPressure"]);
+        assert_eq!(options.machine.max_replacements, 3);
+        assert!(Cli::try_parse_from(["mcm", "--machine-drain-timeout=soon"]).is_err());
+    }
+}

@@ -1,0 +1,412 @@
+//! The kube-runtime controllers of MCM's machine side: the machine controller (create, health, node sync), the
+//! termination controller (deletion), the MachineClass controller and the Secret controller.
+//!
+//! Design:
+//! - One watch per kind ([`informer`]), shared: a reflector store every reconcile reads from, and notices fanned out
+//!   to the controllers that care (deletions included).
+//! - Two kube-runtime `Controller`s over the same Machine store: machines not being deleted go to the machine
+//!   controller, deleting machines to the termination controller. Each has its own bounded concurrency
+//!   (`concurrent_syncs`), so terminations (drains can take hours) never starve creations (MCM #943).
+//! - Reconciles are thin (`observe -> lifecycle decides -> act`); retries back off per machine (`RetryBook`).
+//! - Mapping a Node or class change to its machines scans the Machine store; Node heartbeats are filtered out
+//!   first, so this stays cheap for thousands of machines (an index by node name would be the next step).
+//!
+//! Imports `api`, `lifecycle`, `providers` and `drain`; nothing imports it but `dev` and `cli`.
+
+mod context;
+mod error;
+mod informer;
+mod machine;
+mod machine_class;
+mod termination;
+mod writes;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::runtime::Controller;
+use kube::runtime::controller::Config as ControllerConfig;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+pub use error::Error;
+
+use self::context::{Context, InFlight, Permits, RetryBook};
+use self::informer::{Changed, Informer, Notice};
+use crate::api::mcm::{Machine, MachineClass};
+use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
+use crate::lifecycle::{MachineConfig, class};
+use crate::providers::DriverRegistry;
+
+/// The clusters the controllers talk to.
+#[derive(Clone)]
+pub struct Clusters {
+    /// Machines, classes, Secrets and events live here.
+    pub control: Client,
+    /// Nodes, bootstrap tokens and VolumeAttachments live here; `None` runs without a target cluster (MCM's
+    /// `--target-kubeconfig none`: machines go to Available with the driver's addresses, no drain).
+    pub target: Option<Client>,
+    /// A client for the target cluster without kube-rs's automatic 429 retries, for drains: evictions must see a
+    /// PodDisruptionBudget's refusal at once (see [`crate::drain::client_for_drain`]). `None` uses `target`.
+    pub drain: Option<Client>,
+}
+
+/// How the controllers run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControllerOptions {
+    /// Machine lifecycle settings.
+    pub machine: MachineConfig,
+    /// Watch only this namespace of the control cluster (`None`: all).
+    pub namespace: Option<String>,
+    /// Reconciles at once per controller (`--concurrent-syncs`, MCM's provider default 50). The machine and the
+    /// termination controller each get this many.
+    pub concurrent_syncs: u16,
+    /// How long [`Controllers::stop`] lets running reconciles finish before cancelling them.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            machine: MachineConfig::default(),
+            namespace: None,
+            concurrent_syncs: 50,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The running controllers. Dropping this cancels them; [`Controllers::stop`] lets them finish first.
+pub struct Controllers {
+    stop: watch::Sender<bool>,
+    controllers: Vec<JoinHandle<()>>,
+    informers: Vec<JoinHandle<()>>,
+    grace: Duration,
+}
+
+impl Controllers {
+    /// Starts the machine, termination, MachineClass and Secret controllers with `drivers`.
+    pub fn start(clusters: Clusters, drivers: DriverRegistry, options: ControllerOptions) -> Controllers {
+        let control = clusters.control.clone();
+        let ns = options.namespace.clone();
+        let scoped = |client: Client| -> Api<Machine> {
+            match &ns {
+                Some(ns) => Api::namespaced(client, ns),
+                None => Api::all(client),
+            }
+        };
+        let mut machines = Informer::new(scoped(control.clone()), watcher::Config::default());
+        let mut classes: Informer<MachineClass> = Informer::new(
+            match &ns {
+                Some(ns) => Api::namespaced(control.clone(), ns),
+                None => Api::all(control.clone()),
+            },
+            watcher::Config::default(),
+        );
+        let mut secrets: Informer<Secret> = Informer::new(
+            match &ns {
+                Some(ns) => Api::namespaced(control.clone(), ns),
+                None => Api::all(control.clone()),
+            },
+            watcher::Config::default(),
+        );
+        let mut nodes: Option<Informer<Node>> =
+            clusters.target.clone().map(|t| Informer::new(Api::all(t), watcher::Config::default()));
+
+        let ctx = Arc::new(Context {
+            control: control.clone(),
+            target: clusters.target.clone(),
+            drain: clusters.drain.clone().or_else(|| clusters.target.clone()),
+            drivers,
+            config: options.machine.clone(),
+            machines: machines.store(),
+            classes: classes.store(),
+            secrets: secrets.store(),
+            nodes: nodes.as_ref().map(Informer::store),
+            ready: [
+                Some(machines.ready()),
+                Some(classes.ready()),
+                Some(secrets.ready()),
+                nodes.as_ref().map(Informer::ready),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            recorder: Recorder::new(
+                control.clone(),
+                Reporter { controller: "machine-controller".into(), instance: None },
+            ),
+            retries: RetryBook::default(),
+            creating: InFlight::default(),
+            permits: Permits::default(),
+        });
+
+        let (stop, stopped) = watch::channel(false);
+        let shutdown = move || {
+            let mut stopped = stopped.clone();
+            async move {
+                let _ = stopped.wait_for(|s| *s).await;
+            }
+        };
+        let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
+
+        // Machine controller: machines not being deleted; their Nodes; their classes.
+        let creating = machine_triggers(&mut machines, nodes.as_mut(), &mut classes, ctx.machines.clone());
+        let machine_controller =
+            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
+                .reconcile_on(creating)
+                .with_config(config.clone())
+                .graceful_shutdown_on(shutdown())
+                .run(machine::reconcile, machine::error_policy, ctx.clone())
+                .for_each(|_| futures::future::ready(()));
+
+        // Termination controller: machines being deleted, its own queue and concurrency.
+        let deleting = UnboundedReceiverStream::new(machines.subscribe()).filter_map(|n| {
+            futures::future::ready(match n {
+                Notice::Applied(m) if m.metadata.deletion_timestamp.is_some() => Some(ObjectRef::from_obj(&*m)),
+                _ => None,
+            })
+        });
+        let termination_controller =
+            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
+                .reconcile_on(deleting)
+                .with_config(config.clone())
+                .graceful_shutdown_on(shutdown())
+                .run(termination::reconcile, termination::error_policy, ctx.clone())
+                .for_each(|_| futures::future::ready(()));
+
+        // MachineClass controller: classes, and machines starting or ceasing to use one.
+        let class_triggers = class_triggers(&mut classes, &mut machines);
+        let class_controller =
+            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.classes.clone())
+                .reconcile_on(class_triggers)
+                .with_config(config.clone())
+                .graceful_shutdown_on(shutdown())
+                .run(machine_class::reconcile, machine_class::error_policy, ctx.clone())
+                .for_each(|_| futures::future::ready(()));
+
+        // Secret controller: secrets, and the secrets classes reference (before and after a change).
+        let secret_triggers = secret_triggers(&mut secrets, &mut classes);
+        let secret_controller =
+            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.secrets.clone())
+                .reconcile_on(secret_triggers)
+                .with_config(config)
+                .graceful_shutdown_on(shutdown())
+                .run(machine_class::reconcile_secret, machine_class::error_policy, ctx.clone())
+                .for_each(|_| futures::future::ready(()));
+
+        let mut informers =
+            vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
+        if let Some(nodes) = nodes {
+            informers.push(tokio::spawn(nodes.run()));
+        }
+        let controllers = vec![
+            tokio::spawn(machine_controller),
+            tokio::spawn(termination_controller),
+            tokio::spawn(class_controller),
+            tokio::spawn(secret_controller),
+        ];
+        tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
+        Controllers { stop, controllers, informers, grace: options.shutdown_grace }
+    }
+
+    /// Stops taking new work, lets running reconciles finish (up to the shutdown grace), then ends the watches.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        let mut controllers = std::mem::take(&mut self.controllers);
+        let all = futures::future::join_all(controllers.iter_mut());
+        if tokio::time::timeout(self.grace, all).await.is_err() {
+            tracing::warn!("reconciles still running after the shutdown grace; cancelling them");
+        }
+        for handle in &controllers {
+            handle.abort();
+        }
+        self.abort_all();
+    }
+
+    /// Cancels everything at once, mid-reconcile (as a crash would; tests use it).
+    pub async fn kill(mut self) {
+        let handles: Vec<JoinHandle<()>> =
+            std::mem::take(&mut self.controllers).into_iter().chain(std::mem::take(&mut self.informers)).collect();
+        for handle in &handles {
+            handle.abort();
+        }
+        for handle in handles {
+            let _ = handle.await;
+        }
+    }
+
+    fn abort_all(&mut self) {
+        for handle in self.controllers.iter().chain(&self.informers) {
+            handle.abort();
+        }
+    }
+}
+
+impl Drop for Controllers {
+    fn drop(&mut self) {
+        self.abort_all();
+    }
+}
+
+/// A stream of `ObjectRef`s from a subscriber and a mapping of each notice to refs.
+fn refs<K, T, F, I>(
+    rx: mpsc::UnboundedReceiver<Notice<K>>,
+    mut map: F,
+) -> impl Stream<Item = ObjectRef<T>> + Send + 'static
+where
+    K: Send + Sync + 'static,
+    T: Resource<DynamicType = ()> + 'static,
+    F: FnMut(Notice<K>) -> I + Send + 'static,
+    I: IntoIterator<Item = ObjectRef<T>>,
+    I::IntoIter: Send + 'static,
+{
+    UnboundedReceiverStream::new(rx).flat_map(move |n| stream::iter(map(n)))
+}
+
+fn hash_of(value: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// What of a Node a machine reacts to: labels, annotations, taints, condition statuses, deletion — not heartbeats.
+fn node_key(node: &Node) -> u64 {
+    let taints: Vec<(String, String, Option<String>)> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .map(|t| t.iter().map(|t| (t.key.clone(), t.effect.clone(), t.value.clone())).collect())
+        .unwrap_or_default();
+    let conditions: Vec<(String, String)> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|c| c.iter().map(|c| (c.type_.clone(), c.status.clone())).collect())
+        .unwrap_or_default();
+    hash_of((
+        node.metadata.labels.as_ref(),
+        node.metadata.annotations.as_ref(),
+        taints,
+        conditions,
+        node.metadata.deletion_timestamp.is_some(),
+    ))
+}
+
+/// The machines (not being deleted) a Node belongs to: by their `node` label, or named by the Node's
+/// machine-name label while they have no `node` label yet.
+fn machines_of_node(store: &Store<Machine>, node: &Node) -> Vec<ObjectRef<Machine>> {
+    let node_name = node.name_any();
+    let named = node.labels().get(MACHINE_NAME_LABEL).cloned();
+    store
+        .state()
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter(|m| {
+            let label = m.labels().get(NODE_LABEL);
+            label == Some(&node_name) || (label.is_none() && named.as_deref() == Some(m.name_any().as_str()))
+        })
+        .map(|m| ObjectRef::from_obj(&**m))
+        .collect()
+}
+
+/// The machine controller's triggers: machine changes, relevant Node changes, class changes.
+fn machine_triggers(
+    machines: &mut Informer<Machine>,
+    nodes: Option<&mut Informer<Node>>,
+    classes: &mut Informer<MachineClass>,
+    store: Store<Machine>,
+) -> impl Stream<Item = ObjectRef<Machine>> + Send + 'static {
+    let own = refs(machines.subscribe(), |n| match n {
+        Notice::Applied(m) if m.metadata.deletion_timestamp.is_none() => Some(ObjectRef::from_obj(&*m)),
+        _ => None,
+    });
+    let by_node = nodes.map(|nodes| {
+        let store = store.clone();
+        let mut changed = Changed::new(node_key);
+        refs(
+            nodes.subscribe(),
+            move |n: Notice<Node>| {
+                if changed.pass(&n) { machines_of_node(&store, n.object()) } else { Vec::new() }
+            },
+        )
+        .boxed()
+    });
+    let by_class = refs(classes.subscribe(), move |n: Notice<MachineClass>| {
+        let class = n.object();
+        let namespace = class.namespace().unwrap_or_default();
+        let name = class.name_any();
+        store
+            .state()
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none() && class::uses_class(m, &namespace, &name))
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect::<Vec<_>>()
+    });
+    let mut all = vec![own.boxed(), by_class.boxed()];
+    all.extend(by_node);
+    stream::select_all(all)
+}
+
+/// The class controller's triggers: class changes; a machine appearing, changing class, or going.
+fn class_triggers(
+    classes: &mut Informer<MachineClass>,
+    machines: &mut Informer<Machine>,
+) -> impl Stream<Item = ObjectRef<MachineClass>> + Send + 'static {
+    let own = refs(classes.subscribe(), |n| match n {
+        Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
+        Notice::Deleted(_) => None,
+    });
+    let class_of = |m: &Machine| (m.spec.class.kind == MACHINE_CLASS_KIND).then(|| m.spec.class.name.clone());
+    let mut changed = Changed::new(class_of);
+    let mut last: HashMap<String, ObjectRef<MachineClass>> = HashMap::new();
+    let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
+        if !changed.pass(&n) {
+            return Vec::new();
+        }
+        let m = n.object();
+        let id = m.uid().unwrap_or_else(|| context::key_of(&**m));
+        let current = class_of(m).map(|c| ObjectRef::new(&c).within(&m.namespace().unwrap_or_default()));
+        let previous = match (&n, &current) {
+            (Notice::Deleted(_), _) | (_, None) => last.remove(&id),
+            (Notice::Applied(_), Some(c)) => last.insert(id, c.clone()),
+        };
+        previous.into_iter().chain(current).collect::<Vec<_>>()
+    });
+    stream::select_all([own.boxed(), by_machine.boxed()])
+}
+
+/// The secret controller's triggers: secret changes; the secrets a class references, before and after a change.
+fn secret_triggers(
+    secrets: &mut Informer<Secret>,
+    classes: &mut Informer<MachineClass>,
+) -> impl Stream<Item = ObjectRef<Secret>> + Send + 'static {
+    let own = refs(secrets.subscribe(), |n| match n {
+        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
+        Notice::Deleted(_) => None,
+    });
+    let mut last: HashMap<String, Vec<(String, String)>> = HashMap::new();
+    let by_class = refs(classes.subscribe(), move |n: Notice<MachineClass>| {
+        let c = n.object();
+        let id = c.uid().unwrap_or_else(|| context::key_of(&**c));
+        let current = class::secret_refs(c);
+        let previous = match &n {
+            Notice::Deleted(_) => last.remove(&id).unwrap_or_default(),
+            Notice::Applied(_) => last.insert(id, current.clone()).unwrap_or_default(),
+        };
+        let mut all: Vec<(String, String)> = previous.into_iter().chain(current).collect();
+        all.sort();
+        all.dedup();
+        all.into_iter().map(|(ns, name)| ObjectRef::new(&name).within(&ns)).collect::<Vec<_>>()
+    });
+    stream::select_all([own.boxed(), by_class.boxed()])
+}

@@ -1,0 +1,108 @@
+//! The writes controllers make, each the smallest patch of the fields they own: merge patches for status and
+//! labels, JSON patches with a `test` for finalizers (a concurrent change fails instead of being overwritten, as in
+//! kube-runtime's finalizer helper).
+
+use std::fmt::Debug;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::error::Error;
+use crate::api::mcm::Machine;
+use crate::lifecycle::status::StatusPatch;
+
+/// The field manager of every write.
+pub(crate) const MANAGER: &str = "mcm-machine-controller";
+
+fn params() -> PatchParams {
+    PatchParams { field_manager: Some(MANAGER.to_string()), ..Default::default() }
+}
+
+fn describe<K: Resource<DynamicType = ()>>(object: &K) -> String {
+    let kind = K::kind(&());
+    match object.meta().namespace.as_deref() {
+        Some(ns) => format!("{kind} {ns}/{}", object.name_any()),
+        None => format!("{kind} {}", object.name_any()),
+    }
+}
+
+/// Writes `patch` to the Machine's status subresource (nothing when it is empty).
+pub(crate) async fn status(api: &Api<Machine>, machine: &Machine, patch: &StatusPatch) -> Result<(), Error> {
+    if patch.is_empty() {
+        return Ok(());
+    }
+    api.patch_status(&machine.name_any(), &params(), &Patch::Merge(patch.to_merge_patch()))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::kube("patch status of", describe(machine), e))
+}
+
+/// A merge patch of the object's main resource.
+pub(crate) async fn merge<K>(api: &Api<K>, object: &K, patch: &Value, action: &'static str) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    api.patch(&object.name_any(), &params(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| Error::kube(action, describe(object), e))
+}
+
+/// Adds `finalizer` (no-op when present).
+pub(crate) async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let current = object.finalizers();
+    if current.iter().any(|f| f == finalizer) {
+        return Ok(());
+    }
+    let list = PointerBuf::from_tokens(["metadata", "finalizers"]);
+    let ops = if current.is_empty() {
+        vec![
+            PatchOperation::Test(TestOperation { path: list.clone(), value: Value::Null }),
+            PatchOperation::Add(AddOperation { path: list, value: json!([finalizer]) }),
+        ]
+    } else {
+        vec![
+            PatchOperation::Test(TestOperation { path: list, value: json!(current) }),
+            PatchOperation::Add(AddOperation {
+                path: PointerBuf::from_tokens(["metadata", "finalizers", "-"]),
+                value: json!(finalizer),
+            }),
+        ]
+    };
+    json_patch(api, object, ops, "add a finalizer to").await
+}
+
+/// Removes `finalizer` (no-op when absent).
+pub(crate) async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let Some(i) = object.finalizers().iter().position(|f| f == finalizer) else {
+        return Ok(());
+    };
+    let index = i.to_string();
+    let path = PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
+    let ops = vec![
+        PatchOperation::Test(TestOperation { path: path.clone(), value: json!(finalizer) }),
+        PatchOperation::Remove(RemoveOperation { path }),
+    ];
+    json_patch(api, object, ops, "remove a finalizer from").await
+}
+
+async fn json_patch<K>(api: &Api<K>, object: &K, ops: Vec<PatchOperation>, action: &'static str) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match api.patch(&object.name_any(), &params(), &Patch::Json::<()>(json_patch::Patch(ops))).await {
+        Ok(_) => Ok(()),
+        // Deleted meanwhile: nothing left to hold or release.
+        Err(e) if super::error::is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube(action, describe(object), e)),
+    }
+}

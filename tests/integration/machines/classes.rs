@@ -1,0 +1,106 @@
+//! MachineClass and Secret finalizers follow references; a referenced class cannot be deleted; an invalid node
+//! template keeps machines from being created and says why.
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use mcm::api::mcm::{MachineClass, MachinePhase};
+use mcm::lifecycle::names::{MACHINE_FINALIZER, SECRET_FINALIZER};
+use serde_json::json;
+
+use super::{Env, NS, WAIT, fast_options};
+use crate::support::wait_until;
+
+fn has(finalizers: &Option<Vec<String>>, name: &str) -> bool {
+    finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finalizers_follow_references_and_block_deletion() {
+    let env = Env::start(fast_options()).await;
+    let classes: Api<MachineClass> = Api::namespaced(env.client(), NS);
+    let secrets: Api<Secret> = Api::namespaced(env.client(), NS);
+    env.class("shared", json!({})).await;
+
+    // Unused: no finalizer on the class; the Secret is referenced by the class, so it has one.
+    wait_until("the secret finalizer", WAIT, || async {
+        has(&secrets.get("shared").await.ok()?.metadata.finalizers, SECRET_FINALIZER).then_some(())
+    })
+    .await;
+    assert!(!has(&env.get_class("shared").await.metadata.finalizers, MACHINE_FINALIZER));
+
+    env.machine("user", "shared").await;
+    wait_until("the class finalizer", WAIT, || async {
+        has(&classes.get("shared").await.ok()?.metadata.finalizers, MACHINE_FINALIZER).then_some(())
+    })
+    .await;
+    env.wait_phase("user", MachinePhase::Running, WAIT).await;
+
+    // Deleting the class waits for the machine.
+    env.kubectl.run(&["-n", NS, "delete", "mcc", "shared", "--wait=false"]).await;
+    let deleting = env.get_class("shared").await;
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert!(has(&deleting.metadata.finalizers, MACHINE_FINALIZER), "the class stays while a machine uses it");
+    // The machine can still be deleted with its class being deleted.
+    env.machines().delete("user", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("user", WAIT).await;
+    assert!(env.vms_of("user").is_empty());
+    wait_until("the class to go", WAIT, || async { classes.get_opt("shared").await.unwrap().is_none().then_some(()) })
+        .await;
+    wait_until("the secret finalizer to go", WAIT, || async {
+        (!has(&secrets.get("shared").await.ok()?.metadata.finalizers, SECRET_FINALIZER)).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn last_machine_gone_releases_the_class() {
+    let env = Env::start(fast_options()).await;
+    env.class("c", json!({})).await;
+    env.machine("one", "c").await;
+    env.machine("two", "c").await;
+    env.wait_phase("one", MachinePhase::Running, WAIT).await;
+    env.wait_phase("two", MachinePhase::Running, WAIT).await;
+    assert!(has(&env.get_class("c").await.metadata.finalizers, MACHINE_FINALIZER));
+    env.machines().delete("one", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("one", WAIT).await;
+    assert!(has(&env.get_class("c").await.metadata.finalizers, MACHINE_FINALIZER), "still used by two");
+    env.machines().delete("two", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("two", WAIT).await;
+    wait_until("the class finalizer to go", WAIT, || async {
+        (!has(&env.get_class("c").await.metadata.finalizers, MACHINE_FINALIZER)).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_node_template_is_reported_and_blocks_creation() {
+    let env = Env::start(fast_options()).await;
+    let yaml = super::class_yaml("nogpu", json!({})).replace(r#""gpu":"0","#, "");
+    env.create("nogpu.yaml", &yaml).await;
+    env.machine("waits", "nogpu").await;
+    let events: Api<Event> = Api::namespaced(env.client(), NS);
+    let note = wait_until("a Warning on the class", WAIT, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items.into_iter().find_map(|e| {
+            let on_class = e.regarding.as_ref()?.kind.as_deref() == Some("MachineClass");
+            (on_class && e.reason.as_deref() == Some("InvalidNodeTemplate")).then(|| e.note.unwrap_or_default())
+        })
+    })
+    .await;
+    assert_eq!(note, "nodeTemplate.capacity must contain cpu, gpu and memory (missing: gpu)");
+    wait_until("a Warning on the machine", WAIT, || async {
+        env.events_of("waits")
+            .await
+            .into_iter()
+            .any(|(_, r, n)| r == "ClassNotReady" && n.contains("missing: gpu"))
+            .then_some(())
+    })
+    .await;
+    assert!(env.dev.cloud.live_vms().is_empty());
+    assert_eq!(super::phase_of(&env.machines().get("waits").await.unwrap()), None);
+    env.shutdown().await;
+}
