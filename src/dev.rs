@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, ServerConfig};
-use crate::controllers::{Clusters, ControllerOptions, Controllers};
+use crate::controllers::{Clusters, ControllerOptions, Controllers, ProbeClients};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
@@ -204,7 +204,7 @@ impl DevEnvironment {
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
         environment.start_controllers();
-        progress("started the machine controllers (machine, termination, machine class, secret)");
+        progress("started the machine controllers (machine, termination, machine class, secret, safety)");
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
             progress(&format!("applied the sample: {}", environment.sample.join(", ")));
@@ -219,6 +219,8 @@ impl DevEnvironment {
                 control: self.client.clone(),
                 target: Some(self.client.clone()),
                 drain: Some(self.drain_client.clone()),
+                // The drain client is this server without automatic retries, which the probe needs too.
+                probe: Some(ProbeClients { control: self.drain_client.clone(), target: self.drain_client.clone() }),
             };
             self.controllers =
                 Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));

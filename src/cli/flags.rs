@@ -5,6 +5,7 @@ use crate::api::Duration;
 use crate::controllers::ControllerOptions;
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::config::{DEFAULT_NODE_CONDITIONS, parse_node_conditions};
+use crate::lifecycle::safety::SafetyConfig;
 
 /// Flags of the machine controllers.
 #[derive(Clone, Debug, clap::Args)]
@@ -42,6 +43,15 @@ pub struct MachineControllerFlags {
     /// Reconciles at once per controller (the machine and termination controllers each get this many).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub concurrent_syncs: u16,
+    /// How often cloud VMs that no Machine claims are looked for and deleted.
+    #[arg(long, value_name = "DURATION", default_value = "15m")]
+    pub machine_safety_orphan_vms_period: Duration,
+    /// How often the control and target API servers are probed while they answer.
+    #[arg(long, value_name = "DURATION", default_value = "1m")]
+    pub machine_safety_apiserver_statuscheck_period: Duration,
+    /// How long the API servers may fail to answer before machine reconciles freeze (deletions go on).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub machine_safety_apiserver_statuscheck_timeout: Duration,
 }
 
 impl MachineControllerFlags {
@@ -60,7 +70,18 @@ impl MachineControllerFlags {
             pv_reattach_timeout: self.machine_pv_reattach_timeout.0,
             ..MachineConfig::default()
         };
-        ControllerOptions { machine, concurrent_syncs: self.concurrent_syncs.max(1), ..ControllerOptions::default() }
+        let safety = SafetyConfig {
+            orphan_vms_period: self.machine_safety_orphan_vms_period.0,
+            apiserver_statuscheck_period: self.machine_safety_apiserver_statuscheck_period.0,
+            apiserver_statuscheck_timeout: self.machine_safety_apiserver_statuscheck_timeout.0,
+            ..SafetyConfig::default()
+        };
+        ControllerOptions {
+            machine,
+            concurrent_syncs: self.concurrent_syncs.max(1),
+            safety,
+            ..ControllerOptions::default()
+        }
     }
 }
 
@@ -80,6 +101,7 @@ mod tests {
     fn defaults_are_mcms() {
         let options = Cli::parse_from(["mcm"]).flags.options();
         assert_eq!(options.machine, MachineConfig::default());
+        assert_eq!(options.safety, SafetyConfig::default());
         assert_eq!(options.concurrent_syncs, 50);
     }
 
@@ -92,12 +114,18 @@ mod tests {
             "1m",
             "--node-conditions=Ready,DiskPressure",
             "--max-replacements=3",
+            "--machine-safety-orphan-vms-period=30m",
+            "--machine-safety-apiserver-statuscheck-period=2m",
+            "--machine-safety-apiserver-statuscheck-timeout=45s",
         ]);
         let options = cli.flags.options();
         assert_eq!(options.machine.creation_timeout, std::time::Duration::from_secs(90));
         assert_eq!(options.machine.health_timeout, std::time::Duration::from_secs(60));
         assert_eq!(options.machine.node_conditions, ["Ready", "DiskPressure"]);
         assert_eq!(options.machine.max_replacements, 3);
+        assert_eq!(options.safety.orphan_vms_period, std::time::Duration::from_secs(1800));
+        assert_eq!(options.safety.apiserver_statuscheck_period, std::time::Duration::from_secs(120));
+        assert_eq!(options.safety.apiserver_statuscheck_timeout, std::time::Duration::from_secs(45));
         assert!(Cli::try_parse_from(["mcm", "--machine-drain-timeout=soon"]).is_err());
     }
 }

@@ -13,6 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 
+use super::safety::FreezeFlag;
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::status::{EventSpec, Severity};
 use crate::lifecycle::{MachineConfig, RetryClass};
@@ -102,6 +103,11 @@ impl InFlight {
     pub(crate) fn contains(&self, key: &str) -> bool {
         lock(&self.keys).contains(key)
     }
+
+    /// The keys being created now.
+    pub(crate) fn keys(&self) -> Vec<String> {
+        lock(&self.keys).iter().cloned().collect()
+    }
 }
 
 impl Drop for InFlightGuard<'_> {
@@ -154,6 +160,8 @@ pub(crate) struct Context {
     pub creating: InFlight,
     /// Replacement permits.
     pub permits: Permits,
+    /// The API-server freeze (MCM's safety controller): machine reconciles wait while it is on.
+    pub freeze: Arc<FreezeFlag>,
 }
 
 impl Context {
@@ -237,8 +245,10 @@ mod tests {
         {
             let _g = set.enter("ns/m");
             assert!(set.contains("ns/m"));
+            assert_eq!(set.keys(), ["ns/m"]);
         }
         assert!(!set.contains("ns/m"));
+        assert!(set.keys().is_empty());
     }
 
     #[test]

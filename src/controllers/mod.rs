@@ -1,5 +1,6 @@
 //! The kube-runtime controllers of MCM's machine side: the machine controller (create, health, node sync), the
-//! termination controller (deletion), the MachineClass controller and the Secret controller.
+//! termination controller (deletion), the MachineClass controller, the Secret controller and the safety controller
+//! (orphan VMs, the API-server freeze).
 //!
 //! Design:
 //! - One watch per kind ([`informer`]), shared: a reflector store every reconcile reads from, and notices fanned out
@@ -8,6 +9,8 @@
 //!   controller, deleting machines to the termination controller. Each has its own bounded concurrency
 //!   (`concurrent_syncs`), so terminations (drains can take hours) never starve creations (MCM #943).
 //! - Reconciles are thin (`observe -> lifecycle decides -> act`); retries back off per machine (`RetryBook`).
+//! - The safety controller ([`safety`]) is two tasks over the same stores: orphan VM collection, and the probe
+//!   whose freeze flag every machine reconcile checks first.
 //! - Mapping a Node or class change to its machines scans the Machine store; Node heartbeats are filtered out
 //!   first, so this stays cheap for thousands of machines (an index by node name would be the next step).
 //!
@@ -18,6 +21,7 @@ mod error;
 mod informer;
 mod machine;
 mod machine_class;
+mod safety;
 mod termination;
 mod writes;
 
@@ -34,16 +38,20 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
+pub use safety::FROZEN_METRIC;
 
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
+use self::safety::{FreezeFlag, Probes, Safety};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
+use crate::lifecycle::safety::SafetyConfig;
 use crate::lifecycle::{MachineConfig, class};
 use crate::providers::DriverRegistry;
 
@@ -58,6 +66,19 @@ pub struct Clusters {
     /// A client for the target cluster without kube-rs's automatic 429 retries, for drains: evictions must see a
     /// PodDisruptionBudget's refusal at once (see [`crate::drain::client_for_drain`]). `None` uses `target`.
     pub drain: Option<Client>,
+    /// Clients for the safety controller's API-server probe, without kube-rs's automatic retries of 429/503/504
+    /// (`default_retry = false`), which would hide an outage for seconds per probe. `None` probes with `control`
+    /// and `target`. Unused without a target cluster (there is no freeze then, as in MCM).
+    pub probe: Option<ProbeClients>,
+}
+
+/// The clients of the API-server reachability probe.
+#[derive(Clone)]
+pub struct ProbeClients {
+    /// The control cluster (a GET of a Machine).
+    pub control: Client,
+    /// The target cluster (a GET of a Node).
+    pub target: Client,
 }
 
 /// How the controllers run.
@@ -72,6 +93,8 @@ pub struct ControllerOptions {
     pub concurrent_syncs: u16,
     /// How long [`Controllers::stop`] lets running reconciles finish before cancelling them.
     pub shutdown_grace: Duration,
+    /// The safety controller: orphan VMs and the API-server freeze.
+    pub safety: SafetyConfig,
 }
 
 impl Default for ControllerOptions {
@@ -81,6 +104,7 @@ impl Default for ControllerOptions {
             namespace: None,
             concurrent_syncs: 50,
             shutdown_grace: Duration::from_secs(10),
+            safety: SafetyConfig::default(),
         }
     }
 }
@@ -91,10 +115,11 @@ pub struct Controllers {
     controllers: Vec<JoinHandle<()>>,
     informers: Vec<JoinHandle<()>>,
     grace: Duration,
+    freeze: Arc<FreezeFlag>,
 }
 
 impl Controllers {
-    /// Starts the machine, termination, MachineClass and Secret controllers with `drivers`.
+    /// Starts the machine, termination, MachineClass, Secret and safety controllers with `drivers`.
     pub fn start(clusters: Clusters, drivers: DriverRegistry, options: ControllerOptions) -> Controllers {
         let control = clusters.control.clone();
         let ns = options.namespace.clone();
@@ -122,6 +147,9 @@ impl Controllers {
         let mut nodes: Option<Informer<Node>> =
             clusters.target.clone().map(|t| Informer::new(Api::all(t), watcher::Config::default()));
 
+        let freeze = Arc::new(FreezeFlag::default());
+        // Subscribed before the informer runs, so the safety controller sees every deletion.
+        let safety_notices = machines.subscribe();
         let ctx = Arc::new(Context {
             control: control.clone(),
             target: clusters.target.clone(),
@@ -148,6 +176,7 @@ impl Controllers {
             retries: RetryBook::default(),
             creating: InFlight::default(),
             permits: Permits::default(),
+            freeze: freeze.clone(),
         });
 
         let (stop, stopped) = watch::channel(false);
@@ -159,11 +188,14 @@ impl Controllers {
         };
         let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
-        // Machine controller: machines not being deleted; their Nodes; their classes.
+        // Machine controller: machines not being deleted; their Nodes; their classes; the safety controller's
+        // requeues after a freeze.
         let creating = machine_triggers(&mut machines, nodes.as_mut(), &mut classes, ctx.machines.clone());
+        let (requeue, requeued) = mpsc::unbounded_channel();
         let machine_controller =
             Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
                 .reconcile_on(creating)
+                .reconcile_on(UnboundedReceiverStream::new(requeued))
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
                 .run(machine::reconcile, machine::error_policy, ctx.clone())
@@ -209,14 +241,42 @@ impl Controllers {
         if let Some(nodes) = nodes {
             informers.push(tokio::spawn(nodes.run()));
         }
+        // Safety controller: orphan VMs, and (with a target cluster) the API-server freeze.
+        let probes = clusters.target.as_ref().map(|target| match &clusters.probe {
+            Some(p) => Probes { control: p.control.clone(), target: p.target.clone() },
+            None => Probes { control: control.clone(), target: target.clone() },
+        });
+        let safety = Arc::new(Safety {
+            ctx: ctx.clone(),
+            config: options.safety.clone(),
+            machines: scoped(control.clone()),
+            probe_namespace: options.namespace.clone().unwrap_or_else(|| "default".to_string()),
+            probes,
+            requeue,
+            stop: stop.subscribe(),
+        });
+
         let controllers = vec![
             tokio::spawn(machine_controller),
             tokio::spawn(termination_controller),
             tokio::spawn(class_controller),
             tokio::spawn(secret_controller),
+            tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices))),
+            tokio::spawn(safety.run_freeze()),
         ];
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
-        Controllers { stop, controllers, informers, grace: options.shutdown_grace }
+        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze }
+    }
+
+    /// Whether machine reconciles are frozen because an API server did not answer for the status-check timeout.
+    pub fn frozen(&self) -> bool {
+        self.freeze.frozen()
+    }
+
+    /// The gauge [`FROZEN_METRIC`]: 1 while frozen, else 0. Clones share the value; register one with a metrics
+    /// registry.
+    pub fn frozen_gauge(&self) -> Gauge {
+        self.freeze.gauge()
     }
 
     /// Stops taking new work, lets running reconciles finish (up to the shutdown grace), then ends the watches.

@@ -11,6 +11,7 @@
 //! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's names and texts.
 //! - [`machine_set`], [`machine_deployment`], [`deletion_order`], [`freeze`]: MachineSet and MachineDeployment
 //!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`).
+//! - [`safety`]: orphan VMs, Nodes no Machine manages, and the API-server freeze.
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
@@ -29,6 +30,7 @@ pub mod node_sync;
 mod object_meta;
 pub mod replacement;
 pub mod retry;
+pub mod safety;
 pub mod status;
 pub mod userdata;
 

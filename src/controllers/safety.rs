@@ -1,0 +1,437 @@
+//! The safety controller (MCM's `machine_safety.go`, `mcm-behaviour.md` §2.6 (a), (b)): two tasks next to the
+//! machine controllers, over the same stores.
+//!
+//! - **Orphan VMs**: at start, every `--machine-safety-orphan-vms-period`, and (after a short cooldown) when a
+//!   Machine is deleted or newly reports `OutOfRange`, each class's VMs are listed and those no Machine claims are
+//!   deleted, after a fresh read of the Machines from the API server and a second listing agree
+//!   ([`crate::lifecycle::safety`]). Never while frozen, while a probe is failing, or before the stores are
+//!   synced. The same pass marks Nodes no Machine manages (MCM's `AnnotateNodesUnmanagedByMCM`).
+//! - **API-server freeze** (with a target cluster only): the control and target API servers are probed with a
+//!   GET of an object that does not exist (NotFound is an answer); failing for the status-check timeout freezes
+//!   machine reconciles (deletions go on). When both answer again, `Unknown` machines get a fresh health timeout,
+//!   every machine is reconciled again shortly after, and the freeze ends. Gauge `mcm_machine_controller_frozen`.
+
+use std::collections::{BTreeSet, HashSet};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::{FutureExt, Stream, StreamExt};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::ListParams;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use super::context::{Context, key_of};
+use super::error::Error;
+use super::informer::{Changed, Notice};
+use super::machine::{class_info, class_secrets, write_status};
+use super::writes;
+use crate::api::mcm::{Machine, MachineClass, MachinePhase};
+use crate::lifecycle::names::{MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, NOT_MANAGED_ANNOTATION};
+use crate::lifecycle::safety::{
+    self, Claimant, Claims, FreezeChange, FreezeState, NOT_MANAGED_VALUE, Orphan, SafetyConfig,
+};
+use crate::lifecycle::status::{self, EventSpec};
+use crate::providers::{Code, Driver, DriverError, ListMachinesRequest, MachineInfo, MachineRequest};
+
+/// The gauge's name (MCM's): 1 while machine reconciles are frozen.
+pub const FROZEN_METRIC: &str = "mcm_machine_controller_frozen";
+
+/// The object the probes GET; it need not exist (NotFound means the API server answered).
+const PROBE_OBJECT: &str = "mcm-safety-apiserver-probe";
+
+/// The freeze as the controllers see it: set by the probe task, read by every machine reconcile.
+#[derive(Default)]
+pub(crate) struct FreezeFlag {
+    frozen: AtomicBool,
+    /// A probe failed and no probe has succeeded since: not frozen yet, but no time for orphan collection.
+    suspect: AtomicBool,
+    gauge: Gauge,
+}
+
+impl FreezeFlag {
+    /// Whether machine reconciles are held.
+    pub(crate) fn frozen(&self) -> bool {
+        self.frozen.load(Ordering::SeqCst)
+    }
+
+    /// The gauge mirroring [`FreezeFlag::frozen`].
+    pub(crate) fn gauge(&self) -> Gauge {
+        self.gauge.clone()
+    }
+
+    fn set_frozen(&self, frozen: bool) {
+        self.frozen.store(frozen, Ordering::SeqCst);
+        self.gauge.set(i64::from(frozen));
+    }
+
+    fn set_suspect(&self, suspect: bool) {
+        self.suspect.store(suspect, Ordering::SeqCst);
+    }
+
+    /// Whether the API servers looked fine at the last probe (always, without probes).
+    fn calm(&self) -> bool {
+        !self.frozen() && !self.suspect.load(Ordering::SeqCst)
+    }
+}
+
+/// Clients for the reachability probe; built without kube-rs's automatic retries of 429/503/504, which would hide
+/// an outage for seconds per probe.
+#[derive(Clone)]
+pub(crate) struct Probes {
+    pub control: Client,
+    pub target: Client,
+}
+
+/// The orphan collection's wake-ups from Machine notices: a deletion, or a description newly containing
+/// `OutOfRange` (a first sight with it counts, so a restart does not miss one). Each item names the reason.
+pub(crate) fn triggers(notices: mpsc::UnboundedReceiver<Notice<Machine>>) -> impl Stream<Item = String> + Send + Unpin {
+    let mut changed = Changed::new(safety::reports_out_of_range);
+    UnboundedReceiverStream::new(notices).filter_map(move |notice| {
+        let passed = changed.pass(&notice);
+        let reason = match &notice {
+            Notice::Deleted(m) => Some(format!("machine {} was deleted", key_of(&**m))),
+            Notice::Applied(m) if passed && safety::reports_out_of_range(m) => {
+                tracing::warn!(machine = %key_of(&**m), "several VMs back this machine; looking for orphan VMs");
+                Some(format!("machine {} reports OutOfRange", key_of(&**m)))
+            }
+            Notice::Applied(_) => None,
+        };
+        futures::future::ready(reason)
+    })
+}
+
+/// The safety tasks' shared parts.
+pub(crate) struct Safety {
+    pub ctx: Arc<Context>,
+    pub config: SafetyConfig,
+    /// Machines as the controllers watch them (all namespaces or one), for fresh reads.
+    pub machines: Api<Machine>,
+    /// The namespace of the control cluster's probe.
+    pub probe_namespace: String,
+    /// `None` without a target cluster: no freeze.
+    pub probes: Option<Probes>,
+    /// Into the machine controller's queue.
+    pub requeue: mpsc::UnboundedSender<ObjectRef<Machine>>,
+    pub stop: watch::Receiver<bool>,
+}
+
+/// Resolves once the controllers are told to stop.
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+impl Safety {
+    /// Whether orphans may be collected now: not frozen, the last probe fine, every store listed.
+    fn may_collect(&self) -> bool {
+        self.ctx.freeze.calm() && self.ctx.ready.iter().all(|r| *r.borrow())
+    }
+
+    /// The orphan task: a collection once the stores are synced, then every period and on triggers.
+    pub(crate) async fn run_orphans(self: Arc<Self>, mut triggers: impl Stream<Item = String> + Send + Unpin) {
+        tokio::select! {
+            () = self.ctx.ready() => {}
+            () = stopped(self.stop.clone()) => return,
+        }
+        let mut reason = "start".to_string();
+        loop {
+            self.collect(&reason).await;
+            let last = Instant::now();
+            tokio::select! {
+                () = stopped(self.stop.clone()) => return,
+                () = tokio::time::sleep(self.config.orphan_period()) => reason = "period".to_string(),
+                Some(why) = triggers.next() => {
+                    tokio::select! {
+                        () = stopped(self.stop.clone()) => return,
+                        () = tokio::time::sleep_until(last + self.config.orphan_trigger_cooldown) => {}
+                    }
+                    // What else came meanwhile is covered by this collection.
+                    while let Some(Some(_)) = triggers.next().now_or_never() {}
+                    reason = why;
+                }
+            }
+        }
+    }
+
+    /// One collection over every class, then the Node marks.
+    async fn collect(&self, reason: &str) {
+        if !self.may_collect() {
+            tracing::info!(
+                reason,
+                "skipping the orphan VM collection: frozen, an API server unreachable, or stores not synced"
+            );
+            return;
+        }
+        tracing::debug!(reason, "looking for orphan VMs");
+        let mut classes = self.ctx.classes.state();
+        classes.sort_by_key(|c| key_of(&**c));
+        let mut handled = BTreeSet::new();
+        for class in classes {
+            if self.collect_class(&class, &mut handled).await.is_break() {
+                return;
+            }
+        }
+        self.mark_nodes().await;
+    }
+
+    /// The cache's claims, with the machines inside their create flow now.
+    fn cached_claims(&self, extra: Vec<Machine>) -> Claims {
+        let cached = self.ctx.machines.state();
+        let creating = self.ctx.creating.keys().into_iter().map(|k| match k.split_once('/') {
+            Some((_, name)) => name.to_string(),
+            None => k,
+        });
+        Claims::new(cached.iter().map(|m| Claimant::of(m)).chain(extra.iter().map(Claimant::of)), creating)
+    }
+
+    /// The orphans of one class; `Break` stops the whole collection (frozen meanwhile, or the API server did not
+    /// answer the fresh read). `handled` holds the VMs already decided this collection (classes of one cluster
+    /// list the same VMs).
+    async fn collect_class(&self, class: &MachineClass, handled: &mut BTreeSet<String>) -> ControlFlow<()> {
+        let key = key_of(class);
+        if let Some(problem) = safety::class_tags_problem(&class.spec.provider_spec) {
+            tracing::warn!(class = %key, problem = %problem, "not looking for orphan VMs of this class");
+            return ControlFlow::Continue(());
+        }
+        let driver = match self.ctx.drivers.get(class.spec.provider.as_deref().unwrap_or_default()) {
+            Ok(driver) => driver,
+            Err(e) => {
+                tracing::debug!(class = %key, error = %e, "no driver for this class; its VMs are not looked at");
+                return ControlFlow::Continue(());
+            }
+        };
+        let request = ListMachinesRequest { class: class_info(class), secret: class_secrets(&self.ctx, class) };
+        let Some(first) = self.list(class, &*driver, &request).await else { return ControlFlow::Continue(()) };
+        let suspects: Vec<Orphan> = safety::suspects(&first, &self.cached_claims(Vec::new()))
+            .into_iter()
+            .filter(|o| !handled.contains(&o.provider_id))
+            .collect();
+        if suspects.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        tracing::info!(class = %key, suspects = suspects.len(), "VMs no cached Machine claims; confirming");
+        if !self.may_collect() {
+            return ControlFlow::Break(());
+        }
+        // A quorum read (no resourceVersion): what the API server has now, not what a cache has.
+        let fresh = match self.machines.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            Err(e) => {
+                tracing::warn!(class = %key, error = %e, "could not read the Machines from the API server; no VM is deleted");
+                return ControlFlow::Break(());
+            }
+        };
+        let Some(relisted) = self.list(class, &*driver, &request).await else { return ControlFlow::Continue(()) };
+        let orphans = safety::confirm(&suspects, &relisted, &self.cached_claims(fresh));
+        handled.extend(suspects.into_iter().map(|o| o.provider_id));
+        for orphan in orphans {
+            if !self.may_collect() {
+                return ControlFlow::Break(());
+            }
+            self.delete_orphan(class, &*driver, &request, &orphan).await;
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The class's VMs, or `None` after a failure (logged, and recorded on the class).
+    async fn list(
+        &self,
+        class: &MachineClass,
+        driver: &dyn Driver,
+        request: &ListMachinesRequest,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        match driver.list_machines(request).await {
+            Ok(listing) => Some(listing),
+            Err(e) => {
+                tracing::warn!(class = %key_of(class), error = %e, "listing the class's VMs failed; retried at the next collection");
+                let note = format!("Listing the VMs of the class failed: {e}");
+                self.ctx.publish(class, EventSpec::warning("FailedListMachines", note)).await;
+                None
+            }
+        }
+    }
+
+    /// Deletes an orphan through the driver with only its name and providerID (there is no Machine).
+    async fn delete_orphan(
+        &self,
+        class: &MachineClass,
+        driver: &dyn Driver,
+        list: &ListMachinesRequest,
+        orphan: &Orphan,
+    ) {
+        let request = MachineRequest {
+            machine: MachineInfo {
+                name: orphan.machine_name.clone(),
+                namespace: class.namespace().unwrap_or_default(),
+                provider_id: Some(orphan.provider_id.clone()),
+                ..Default::default()
+            },
+            class: list.class.clone(),
+            secret: list.secret.clone(),
+            last_known_state: None,
+        };
+        let (id, name) = (&orphan.provider_id, &orphan.machine_name);
+        match driver.delete_machine(&request).await {
+            Ok(_) => {
+                tracing::info!(class = %key_of(class), provider_id = %id, machine = %name, "deleted an orphan VM");
+                let note = format!("Deleted VM {id} (created for machine {name}): no Machine claims it");
+                self.ctx.publish(class, EventSpec::normal("DeletedOrphanVM", note)).await;
+            }
+            Err(DriverError { code: Code::NotFound, .. }) => {}
+            Err(e) => {
+                tracing::warn!(class = %key_of(class), provider_id = %id, machine = %name, error = %e, "deleting an orphan VM failed");
+                let note =
+                    format!("Deleting orphan VM {id} (machine {name}) failed: {e}; retried at the next collection");
+                self.ctx.publish(class, EventSpec::warning("FailedDeleteOrphanVM", note)).await;
+            }
+        }
+    }
+
+    /// MCM's `AnnotateNodesUnmanagedByMCM` over the Node store.
+    async fn mark_nodes(&self) {
+        let (Some(target), Some(nodes)) = (&self.ctx.target, &self.ctx.nodes) else { return };
+        let machines = self.ctx.machines.state();
+        let by_label: HashSet<&str> =
+            machines.iter().filter_map(|m| m.labels().get(NODE_LABEL).map(String::as_str)).collect();
+        let names: HashSet<String> = machines.iter().map(|m| m.name_any()).collect();
+        let api: Api<Node> = Api::all(target.clone());
+        let now = Timestamp::now();
+        for node in nodes.state() {
+            let name = node.name_any();
+            let has_machine = by_label.contains(name.as_str())
+                || node.labels().get(MACHINE_NAME_LABEL).is_some_and(|m| names.contains(m));
+            let marks = safety::unmanaged_node(&node, has_machine, now, self.ctx.config.creation_timeout);
+            if marks.is_empty() {
+                continue;
+            }
+            if let Some(add) = marks.annotate {
+                let value = add.then_some(NOT_MANAGED_VALUE);
+                let patch = json!({"metadata": {"annotations": {NOT_MANAGED_ANNOTATION: value}}});
+                match writes::merge(&api, &*node, &patch, "annotate").await {
+                    Ok(_) if add => tracing::info!(node = %name, "no Machine manages this node; annotated it"),
+                    Ok(_) => tracing::info!(node = %name, "a Machine manages this node again; removed the annotation"),
+                    Err(e) => tracing::warn!(node = %name, error = %e, "could not update the not-managed annotation"),
+                }
+            }
+            if marks.remove_finalizer
+                && let Err(e) = writes::remove_finalizer(&api, &*node, NODE_FINALIZER).await
+            {
+                tracing::warn!(node = %name, error = %e, "could not remove MCM's finalizer from an unmanaged node");
+            }
+        }
+    }
+
+    /// The freeze task (nothing to do without probes, i.e. without a target cluster).
+    pub(crate) async fn run_freeze(self: Arc<Self>) {
+        let Some(probes) = self.probes.clone() else { return };
+        let mut state = FreezeState::default();
+        let mut next_probe = Instant::now();
+        let mut requeue_at: Option<Instant> = None;
+        loop {
+            tokio::select! {
+                () = stopped(self.stop.clone()) => return,
+                () = tokio::time::sleep_until(next_probe) => {}
+                () = tokio::time::sleep_until(requeue_at.unwrap_or(next_probe)), if requeue_at.is_some() => {
+                    requeue_at = None;
+                    self.requeue_all();
+                    continue;
+                }
+            }
+            let started = Timestamp::now();
+            let result = self.probe(&probes).await;
+            let step = safety::after_probe(state, result.is_ok(), started, Timestamp::now(), &self.config);
+            let mut wait = step.next_probe;
+            let mut next_state = step.state;
+            match (step.change, &result) {
+                (Some(FreezeChange::Freeze), Err(why)) => {
+                    self.ctx.freeze.set_frozen(true);
+                    tracing::warn!(
+                        error = %why,
+                        timeout = ?self.config.apiserver_statuscheck_timeout,
+                        "an API server has been unreachable for the status-check timeout: freezing machine reconciles (deletions go on)"
+                    );
+                }
+                (Some(FreezeChange::Unfreeze), _) => match self.reset_unknown().await {
+                    Ok(reset) => {
+                        self.ctx.freeze.set_frozen(false);
+                        requeue_at = Some(Instant::now() + self.config.unfreeze_requeue_delay);
+                        tracing::info!(reset, "the API servers answer again: unfreezing machine reconciles");
+                    }
+                    Err(e) => {
+                        // Unfreezing now would let health timeouts that ran during the outage fail machines.
+                        tracing::warn!(error = %e, "could not reset the health timeouts of Unknown machines; staying frozen");
+                        next_state = state;
+                        wait = self.config.probe_interval(true);
+                    }
+                },
+                (None, Err(why)) => tracing::warn!(error = %why, frozen = state.frozen, "API server probe failed"),
+                _ => {}
+            }
+            self.ctx.freeze.set_suspect(next_state.down_since.is_some());
+            state = next_state;
+            next_probe = Instant::now() + wait;
+        }
+    }
+
+    /// GETs an absent Machine in the control cluster and an absent Node in the target cluster, at once.
+    async fn probe(&self, probes: &Probes) -> Result<(), String> {
+        let deadline = self.config.probe_deadline();
+        let control: Api<Machine> = Api::namespaced(probes.control.clone(), &self.probe_namespace);
+        let target: Api<Node> = Api::all(probes.target.clone());
+        let answer = |cluster: &'static str, result: Result<Result<(), kube::Error>, tokio::time::error::Elapsed>| {
+            match result {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("{cluster} cluster: {e}")),
+                Err(_) => Err(format!("{cluster} cluster: no answer within {deadline:?}")),
+            }
+        };
+        let (c, t) = tokio::join!(
+            tokio::time::timeout(deadline, control.get_opt(PROBE_OBJECT).map(|r| r.map(|_| ()))),
+            tokio::time::timeout(deadline, target.get_opt(PROBE_OBJECT).map(|r| r.map(|_| ()))),
+        );
+        answer("control", c).and(answer("target", t))
+    }
+
+    /// Gives every `Unknown` machine (not being deleted) a fresh health timeout: its clock ran while the API
+    /// servers could not tell whether its Node was healthy. Returns how many.
+    async fn reset_unknown(&self) -> Result<usize, Error> {
+        let now = Timestamp::now();
+        let mut reset = 0;
+        let unknown =
+            self.ctx.machines.state().into_iter().filter(|m| {
+                m.metadata.deletion_timestamp.is_none() && status::phase(m) == Some(&MachinePhase::Unknown)
+            });
+        for cached in unknown {
+            let api: Api<Machine> = Api::namespaced(self.ctx.control.clone(), &cached.namespace().unwrap_or_default());
+            let key = key_of(&*cached);
+            // The store may lag after an outage: decide on the object as it is now.
+            let Some(machine) =
+                api.get_opt(&cached.name_any()).await.map_err(|e| Error::kube("get", key.clone(), e))?
+            else {
+                continue;
+            };
+            if machine.metadata.deletion_timestamp.is_some() || status::phase(&machine) != Some(&MachinePhase::Unknown)
+            {
+                continue;
+            }
+            write_status(&self.ctx, &api, &machine, safety::health_timeout_reset(now)).await?;
+            tracing::info!(machine = %key, "reset the health timeout of an Unknown machine after the API-server outage");
+            reset += 1;
+        }
+        Ok(reset)
+    }
+
+    /// Puts every machine not being deleted into the machine controller's queue.
+    fn requeue_all(&self) {
+        for m in self.ctx.machines.state().iter().filter(|m| m.metadata.deletion_timestamp.is_none()) {
+            let _ = self.requeue.send(ObjectRef::from_obj(&**m));
+        }
+    }
+}
