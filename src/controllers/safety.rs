@@ -435,3 +435,46 @@ impl Safety {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::api::mcm::{LastOperation, MachineStatus};
+
+    use super::*;
+
+    fn machine(name: &str, description: &str) -> Arc<Machine> {
+        let mut m = Machine::new(name, Default::default());
+        m.metadata.namespace = Some("ns".into());
+        m.metadata.uid = Some(format!("uid-{name}"));
+        m.status = Some(MachineStatus {
+            last_operation: Some(LastOperation { description: Some(description.into()), ..Default::default() }),
+            ..Default::default()
+        });
+        Arc::new(m)
+    }
+
+    #[tokio::test]
+    async fn deletions_and_new_out_of_range_trigger_collections() {
+        let out_of_range = "Cloud provider message - OutOfRange: 2 VMs claim machine \"a\"";
+        let (tx, rx) = mpsc::unbounded_channel();
+        let notices = [
+            ("plain", Notice::Applied(machine("a", "Creating machine on cloud provider")), None),
+            ("newly OutOfRange", Notice::Applied(machine("a", out_of_range)), Some("machine ns/a reports OutOfRange")),
+            ("still OutOfRange", Notice::Applied(machine("a", out_of_range)), None),
+            (
+                "first sight with OutOfRange",
+                Notice::Applied(machine("b", out_of_range)),
+                Some("machine ns/b reports OutOfRange"),
+            ),
+            ("healed", Notice::Applied(machine("a", "Machine a successfully joined the cluster")), None),
+            ("OutOfRange again", Notice::Applied(machine("a", out_of_range)), Some("machine ns/a reports OutOfRange")),
+            ("deleted", Notice::Deleted(machine("a", "")), Some("machine ns/a was deleted")),
+        ];
+        let mut stream = triggers(rx);
+        for (name, notice, want) in notices {
+            tx.send(notice).unwrap();
+            let got = stream.next().now_or_never().flatten();
+            assert_eq!(got.as_deref(), want, "{name}");
+        }
+    }
+}

@@ -7,6 +7,7 @@ mod drain;
 mod failures;
 mod lifecycle;
 mod resilience;
+mod safety;
 
 use std::time::Duration;
 
