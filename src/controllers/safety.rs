@@ -86,7 +86,9 @@ impl FreezeFlag {
 /// an outage for seconds per probe.
 #[derive(Clone)]
 pub(crate) struct Probes {
+    /// The control cluster (a GET of a Machine).
     pub control: Client,
+    /// The target cluster (a GET of a Node).
     pub target: Client,
 }
 
@@ -110,7 +112,9 @@ pub(crate) fn triggers(notices: mpsc::UnboundedReceiver<Notice<Machine>>) -> imp
 
 /// The safety tasks' shared parts.
 pub(crate) struct Safety {
+    /// What every controller shares (stores, clients, drivers, the freeze flag).
     pub ctx: Arc<Context>,
+    /// Periods and timeouts.
     pub config: SafetyConfig,
     /// Machines as the controllers watch them (all namespaces or one), for fresh reads.
     pub machines: Api<Machine>,
@@ -120,6 +124,7 @@ pub(crate) struct Safety {
     pub probes: Option<Probes>,
     /// Into the machine controller's queue.
     pub requeue: mpsc::UnboundedSender<ObjectRef<Machine>>,
+    /// Turns `true` when the controllers stop.
     pub stop: watch::Receiver<bool>,
 }
 
@@ -349,8 +354,9 @@ impl Safety {
             let step = safety::after_probe(state, result.is_ok(), started, Timestamp::now(), &self.config);
             let mut wait = step.next_probe;
             let mut next_state = step.state;
-            match (step.change, &result) {
-                (Some(FreezeChange::Freeze), Err(why)) => {
+            let why = result.as_ref().err().map(String::as_str).unwrap_or_default();
+            match step.change {
+                Some(FreezeChange::Freeze) => {
                     self.ctx.freeze.set_frozen(true);
                     tracing::warn!(
                         error = %why,
@@ -358,7 +364,7 @@ impl Safety {
                         "an API server has been unreachable for the status-check timeout: freezing machine reconciles (deletions go on)"
                     );
                 }
-                (Some(FreezeChange::Unfreeze), _) => match self.reset_unknown().await {
+                Some(FreezeChange::Unfreeze) => match self.reset_unknown().await {
                     Ok(reset) => {
                         self.ctx.freeze.set_frozen(false);
                         requeue_at = Some(Instant::now() + self.config.unfreeze_requeue_delay);
@@ -371,8 +377,10 @@ impl Safety {
                         wait = self.config.probe_interval(true);
                     }
                 },
-                (None, Err(why)) => tracing::warn!(error = %why, frozen = state.frozen, "API server probe failed"),
-                _ => {}
+                None if result.is_err() => {
+                    tracing::warn!(error = %why, frozen = state.frozen, "API server probe failed")
+                }
+                None => {}
             }
             self.ctx.freeze.set_suspect(next_state.down_since.is_some());
             state = next_state;

@@ -337,10 +337,13 @@ mod tests {
         orphans.iter().map(|o| o.provider_id.as_str()).collect()
     }
 
+    /// A row: name, machines, machine names in the create flow, the claim on VM `id-1` listed as `a`.
+    type ClaimRow = (&'static str, Vec<Claimant>, Vec<&'static str>, Option<Claim>);
+
     #[test]
     fn claims_by_name_and_provider_id() {
         use MachinePhase::*;
-        let cases: [(&str, Vec<Claimant>, Vec<&str>, Option<Claim>); 11] = [
+        let cases: [ClaimRow; 11] = [
             ("no machine", vec![], vec![], None),
             ("same name and id", vec![m("a", Some("id-1"), Some(Running))], vec![], Some(Claim::ProviderId)),
             ("same id, Failed", vec![m("a", Some("id-1"), Some(Failed))], vec![], Some(Claim::ProviderId)),
