@@ -48,7 +48,7 @@ pub use safety::FROZEN_METRIC;
 
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
-use self::safety::{FreezeFlag, Probes, Safety};
+use self::safety::{FreezeFlag, Safety};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 use crate::lifecycle::safety::SafetyConfig;
@@ -242,9 +242,8 @@ impl Controllers {
             informers.push(tokio::spawn(nodes.run()));
         }
         // Safety controller: orphan VMs, and (with a target cluster) the API-server freeze.
-        let probes = clusters.target.as_ref().map(|target| match &clusters.probe {
-            Some(p) => Probes { control: p.control.clone(), target: p.target.clone() },
-            None => Probes { control: control.clone(), target: target.clone() },
+        let probes = clusters.target.as_ref().map(|target| {
+            clusters.probe.clone().unwrap_or_else(|| ProbeClients { control: control.clone(), target: target.clone() })
         });
         let safety = Arc::new(Safety {
             ctx: ctx.clone(),

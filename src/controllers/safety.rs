@@ -21,7 +21,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, ResourceExt};
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -32,7 +32,7 @@ use super::context::{Context, key_of};
 use super::error::Error;
 use super::informer::{Changed, Notice};
 use super::machine::{class_info, class_secrets, write_status};
-use super::writes;
+use super::{ProbeClients, writes};
 use crate::api::mcm::{Machine, MachineClass, MachinePhase};
 use crate::lifecycle::names::{MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, NOT_MANAGED_ANNOTATION};
 use crate::lifecycle::safety::{
@@ -82,16 +82,6 @@ impl FreezeFlag {
     }
 }
 
-/// Clients for the reachability probe; built without kube-rs's automatic retries of 429/503/504, which would hide
-/// an outage for seconds per probe.
-#[derive(Clone)]
-pub(crate) struct Probes {
-    /// The control cluster (a GET of a Machine).
-    pub control: Client,
-    /// The target cluster (a GET of a Node).
-    pub target: Client,
-}
-
 /// The orphan collection's wake-ups from Machine notices: a deletion, or a description newly containing
 /// `OutOfRange` (a first sight with it counts, so a restart does not miss one). Each item names the reason.
 pub(crate) fn triggers(notices: mpsc::UnboundedReceiver<Notice<Machine>>) -> impl Stream<Item = String> + Send + Unpin {
@@ -121,7 +111,7 @@ pub(crate) struct Safety {
     /// The namespace of the control cluster's probe.
     pub probe_namespace: String,
     /// `None` without a target cluster: no freeze.
-    pub probes: Option<Probes>,
+    pub probes: Option<ProbeClients>,
     /// Into the machine controller's queue.
     pub requeue: mpsc::UnboundedSender<ObjectRef<Machine>>,
     /// Turns `true` when the controllers stop.
@@ -389,7 +379,7 @@ impl Safety {
     }
 
     /// GETs an absent Machine in the control cluster and an absent Node in the target cluster, at once.
-    async fn probe(&self, probes: &Probes) -> Result<(), String> {
+    async fn probe(&self, probes: &ProbeClients) -> Result<(), String> {
         let deadline = self.config.probe_deadline();
         let control: Api<Machine> = Api::namespaced(probes.control.clone(), &self.probe_namespace);
         let target: Api<Node> = Api::all(probes.target.clone());
