@@ -10,10 +10,12 @@
 //! - [`userdata`]: secret merging, `userData` templating, bootstrap tokens.
 //! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's names and texts.
 //! - [`machine_set`], [`machine_deployment`], [`deletion_order`], [`freeze`]: MachineSet and MachineDeployment
-//!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`).
+//!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`); [`claim`]: which
+//!   objects a set or deployment controls, adopts or releases.
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod claim;
 pub mod class;
 pub mod clock;
 pub mod config;
@@ -33,4 +35,5 @@ pub mod status;
 pub mod userdata;
 
 pub use config::{Effective, MachineConfig};
+pub use object_meta::status_patch;
 pub use retry::{Backoff, RetryClass, RetryPolicy};
