@@ -12,7 +12,7 @@ use crate::api;
 
 mod flags;
 
-pub use flags::MachineControllerFlags;
+pub use flags::{MachineControllerFlags, MachineControllerManagerFlags};
 
 /// Version information compiled into the binary.
 pub mod version {
@@ -78,6 +78,8 @@ struct DevArgs {
     apiserver_only: bool,
     #[command(flatten)]
     controllers: MachineControllerFlags,
+    #[command(flatten)]
+    manager: MachineControllerManagerFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -138,13 +140,15 @@ fn execute(cli: Cli) -> Result<(), CliError> {
         }
         Command::Dev(args) => {
             init_logging();
+            let mut controllers = args.controllers.options();
+            args.manager.apply(&mut controllers);
             let options = crate::dev::DevOptions {
                 listen: args.listen,
                 kubeconfig_out: args.kubeconfig_out,
                 data_dir: args.data_dir,
                 apiserver_only: args.apiserver_only,
                 sample: !args.no_sample,
-                controllers: args.controllers.options(),
+                controllers,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

@@ -1,5 +1,7 @@
 //! The kube-runtime controllers of MCM's machine side: the machine controller (create, health, node sync), the
-//! termination controller (deletion), the MachineClass controller and the Secret controller.
+//! termination controller (deletion), the MachineClass controller and the Secret controller; and of its
+//! machine-controller-manager side ([`sets`]): the MachineSet and MachineDeployment controllers and the overshoot
+//! freeze.
 //!
 //! Design:
 //! - One watch per kind ([`informer`]), shared: a reflector store every reconcile reads from, and notices fanned out
@@ -18,6 +20,7 @@ mod error;
 mod informer;
 mod machine;
 mod machine_class;
+mod sets;
 mod termination;
 mod writes;
 
@@ -39,6 +42,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
+pub use sets::SetOptions;
 
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
@@ -72,6 +76,8 @@ pub struct ControllerOptions {
     pub concurrent_syncs: u16,
     /// How long [`Controllers::stop`] lets running reconciles finish before cancelling them.
     pub shutdown_grace: Duration,
+    /// The MachineSet and MachineDeployment controllers and the overshoot freeze.
+    pub sets: SetOptions,
 }
 
 impl Default for ControllerOptions {
@@ -81,6 +87,7 @@ impl Default for ControllerOptions {
             namespace: None,
             concurrent_syncs: 50,
             shutdown_grace: Duration::from_secs(10),
+            sets: SetOptions::default(),
         }
     }
 }
@@ -94,7 +101,8 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    /// Starts the machine, termination, MachineClass and Secret controllers with `drivers`.
+    /// Starts the machine, termination, MachineClass and Secret controllers with `drivers`, and the MachineSet and
+    /// MachineDeployment controllers with the overshoot freeze.
     pub fn start(clusters: Clusters, drivers: DriverRegistry, options: ControllerOptions) -> Controllers {
         let control = clusters.control.clone();
         let ns = options.namespace.clone();
@@ -204,17 +212,23 @@ impl Controllers {
                 .run(machine_class::reconcile_secret, machine_class::error_policy, ctx.clone())
                 .for_each(|_| futures::future::ready(()));
 
+        let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
+
         let mut informers =
             vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
+        informers.extend(started.informers);
         if let Some(nodes) = nodes {
             informers.push(tokio::spawn(nodes.run()));
         }
-        let controllers = vec![
+        let controllers: Vec<JoinHandle<()>> = vec![
             tokio::spawn(machine_controller),
             tokio::spawn(termination_controller),
             tokio::spawn(class_controller),
             tokio::spawn(secret_controller),
-        ];
+        ]
+        .into_iter()
+        .chain(started.controllers)
+        .collect();
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
         Controllers { stop, controllers, informers, grace: options.shutdown_grace }
     }
