@@ -84,6 +84,7 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) 
             return Ok(Action::requeue(resync));
         }
     };
+    tracing::debug!(machine_deployment = %key, sets = ?sets.iter().map(|s| (s.name_any(), s.spec.replicas)).collect::<Vec<_>>(), ?plan, "plan");
     let next = execute(&ctx, &d, &sets, plan, now, &mut written).await;
     written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, &key).await;
     let next = next?;

@@ -26,7 +26,7 @@ use crate::machines::{Env, NS, fast_options, phase_of};
 use crate::support::wait_until;
 
 /// Long enough for anything these tests wait for.
-pub const WAIT: Duration = Duration::from_secs(120);
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// Controller options for these tests: fast back-offs and a one-second overshoot sweep.
 pub fn options() -> ControllerOptions {
