@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use super::SetsContext;
 use super::machine_set::params;
+use super::settle::Written;
 use crate::api::mcm::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
     MachineSet, MachineSetConditionType,
@@ -30,7 +31,7 @@ use crate::controllers::writes;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::freeze::{
     FROZE_MACHINE_SET, FreezeAction, SetFreezeFacts, UNFREEZE, UNFROZE_MACHINE_SET, count_machines,
-    frozen_set_condition, plan_freeze_sweep,
+    frozen_set_condition, plan_freeze_sweep, thresholds,
 };
 use crate::lifecycle::machine_deployment::status::{new_condition, remove_condition, set_condition};
 use crate::lifecycle::machine_set::{FREEZE_LABEL, FREEZE_VALUE};
@@ -84,6 +85,7 @@ fn is_addition(known: &mut HashSet<String>, notice: &Notice<Machine>) -> bool {
 
 /// One sweep over every namespace.
 async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
+    let mut written = Written::default();
     let now = Timestamp::now();
     let sets = ctx.sets.state();
     let deployments = ctx.deployments.state();
@@ -109,14 +111,27 @@ async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
                 machine_count: count_machines(s, ns_machines.iter().copied()),
             })
             .collect();
+        for f in &facts {
+            let t = thresholds(f.set, f.parent, ctx.options.freeze);
+            tracing::debug!(machine_set = %key_of(f.set), count = f.machine_count, upper = t.upper, lower = t.lower, "overshoot check");
+        }
         for action in plan_freeze_sweep(&facts, &ns_deployments, ctx.options.freeze) {
-            apply(ctx, namespace, action, now).await?;
+            apply(ctx, namespace, action, now, &mut written).await?;
         }
     }
+    // The next sweep (often a few milliseconds later, on the next Machine) must see these writes, or it would
+    // find a deployment it just froze unfrozen and freeze it again under another reason.
+    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, "overshoot sweep").await;
     Ok(())
 }
 
-async fn apply(ctx: &SetsContext, namespace: &str, action: FreezeAction, now: Timestamp) -> Result<(), Error> {
+async fn apply(
+    ctx: &SetsContext,
+    namespace: &str,
+    action: FreezeAction,
+    now: Timestamp,
+    written: &mut Written,
+) -> Result<(), Error> {
     let sets: Api<MachineSet> = Api::namespaced(ctx.base.control.clone(), namespace);
     let deployments: Api<MachineDeployment> = Api::namespaced(ctx.base.control.clone(), namespace);
     let get_set = |name: &str| ctx.set(namespace, name);
@@ -126,6 +141,7 @@ async fn apply(ctx: &SetsContext, namespace: &str, action: FreezeAction, now: Ti
         FreezeAction::FreezeMachineSet { set, message } => {
             let Some(s) = get_set(&set) else { return Ok(()) };
             tracing::info!(machine_set = %key_of(&*s), "freezing: {message}");
+            let before = s.clone();
             let s = label(&sets, &s, true).await?;
             let s = update_status(&sets, s, |s: &MachineSet| {
                 let old = set_conditions(s);
@@ -138,12 +154,14 @@ async fn apply(ctx: &SetsContext, namespace: &str, action: FreezeAction, now: Ti
                 Some(json!({"machineSetCondition": conditions}))
             })
             .await?;
+            written.set_changed(&before, &s);
             let note = format!("Froze MachineSet {set} due to replica overshooting: {message}");
             publish_to(&ctx.safety_events, &s, EventSpec::normal(FROZE_MACHINE_SET, note)).await;
         }
         FreezeAction::UnfreezeMachineSet { set, reason } => {
             let Some(s) = get_set(&set) else { return Ok(()) };
             tracing::info!(machine_set = %key_of(&*s), reason, "unfreezing");
+            let before = s.clone();
             let s = label(&sets, &s, false).await?;
             let s = update_status(&sets, s, |s: &MachineSet| {
                 let old = set_conditions(s);
@@ -154,14 +172,16 @@ async fn apply(ctx: &SetsContext, namespace: &str, action: FreezeAction, now: Ti
                 Some(json!({"machineSetCondition": if kept.is_empty() { json!(null) } else { json!(kept) }}))
             })
             .await?;
+            written.set_changed(&before, &s);
             let note = format!("Unfroze MachineSet {set} ({reason})");
             publish_to(&ctx.safety_events, &s, EventSpec::normal(UNFROZE_MACHINE_SET, note)).await;
         }
         FreezeAction::FreezeMachineDeployment { deployment, reason, message } => {
             let Some(d) = get_deployment(&deployment) else { return Ok(()) };
             tracing::info!(machine_deployment = %key_of(&*d), reason, "freezing");
+            let before = d.clone();
             let d = label(&deployments, &d, true).await?;
-            update_status(&deployments, d, |d: &MachineDeployment| {
+            let d = update_status(&deployments, d, |d: &MachineDeployment| {
                 let old = deployment_conditions(d);
                 let mut conditions = old.clone();
                 let frozen = new_condition(
@@ -175,18 +195,21 @@ async fn apply(ctx: &SetsContext, namespace: &str, action: FreezeAction, now: Ti
                 (conditions != old).then(|| json!({"conditions": conditions}))
             })
             .await?;
+            written.deployment_changed(&before, &d);
         }
         FreezeAction::UnfreezeMachineDeployment { deployment, reason } => {
             let Some(d) = get_deployment(&deployment) else { return Ok(()) };
             tracing::info!(machine_deployment = %key_of(&*d), reason, "unfreezing");
+            let before = d.clone();
             let d = label(&deployments, &d, false).await?;
-            update_status(&deployments, d, |d: &MachineDeployment| {
+            let d = update_status(&deployments, d, |d: &MachineDeployment| {
                 let old = deployment_conditions(d);
                 let mut conditions = old.clone();
                 remove_condition(&mut conditions, MachineDeploymentConditionType::Frozen);
                 (conditions != old).then(|| json!({"conditions": conditions}))
             })
             .await?;
+            written.deployment_changed(&before, &d);
         }
     }
     Ok(())

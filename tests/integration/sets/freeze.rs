@@ -6,7 +6,8 @@ use mcm::lifecycle::freeze::UNFREEZE;
 use serde_json::json;
 
 use super::{
-    Apis, WAIT, apis, create, deployment, env_with_class, events_of, machines_of, merge, rolling, wait_settled,
+    Apis, WAIT, apis, create, deployment, env_with_class, event_count, events_of, machines_of, merge, rolling,
+    wait_settled,
 };
 use crate::machines::NS;
 use crate::support::wait_until;
@@ -118,11 +119,11 @@ async fn machines_created_behind_the_controllers_back_freeze_and_unfreeze() {
     wait_frozen(&apis, &set_name, "frz", true).await;
     merge(&apis.deployments, "frz", json!({"metadata": {"annotations": {UNFREEZE: "true"}}})).await;
     wait_until("the annotation's unfreeze", WAIT, || async {
-        let events = events_of(&env, "MachineSet", &set_name).await;
+        let unfrozen = event_count(&env, "MachineSet", &set_name, "UnfrozeMachineSet").await;
         let d = apis.deployments.get("frz").await.ok()?;
         let annotated = d.metadata.annotations.is_some_and(|a| a.contains_key(UNFREEZE));
-        (!annotated && events.iter().any(|(r, n)| r == "UnfrozeMachineSet" && n.contains("UnfreezeAnnotation")))
-            .then_some(())
+        // Still overshooting, the next sweep freezes the set again: an unfreeze lifts one freeze, as in MCM.
+        (!annotated && unfrozen >= 2).then_some(())
     })
     .await;
     release(&apis, &extra).await;

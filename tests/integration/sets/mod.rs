@@ -26,7 +26,7 @@ use crate::machines::{Env, NS, fast_options, phase_of};
 use crate::support::wait_until;
 
 /// Long enough for anything these tests wait for.
-pub const WAIT: Duration = Duration::from_secs(30);
+pub const WAIT: Duration = Duration::from_secs(60);
 
 /// Controller options for these tests: fast back-offs and a one-second overshoot sweep.
 pub fn options() -> ControllerOptions {
@@ -156,6 +156,25 @@ pub async fn events_of(env: &Env, kind: &str, name: &str) -> Vec<(String, String
         })
         .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// How often event `reason` was recorded on object `name` of `kind` (the recorder folds repeats into one event
+/// with a series count, keeping the first note).
+pub async fn event_count(env: &Env, kind: &str, name: &str, reason: &str) -> i32 {
+    let api: Api<Event> = Api::namespaced(env.client(), NS);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding
+                    .as_ref()
+                    .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .map(|e| e.series.map_or(1, |s| s.count))
+        .sum()
 }
 
 /// A kube-runtime watcher on the test namespace's Machines that evaluates `check` on the whole set of machines
