@@ -41,9 +41,17 @@ async fn sneak_in(apis: &Apis, set: &MachineSet, prefix: &str, n: usize) -> Vec<
 /// Removes our finalizer from the machines.
 async fn release(apis: &Apis, names: &[String]) {
     for name in names {
-        let m = apis.machines.get(name).await.unwrap();
-        let kept: Vec<String> = m.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != HOLD).collect();
-        merge(&apis.machines, name, json!({"metadata": {"finalizers": kept}})).await;
+        // The termination controller removes its own finalizer meanwhile: retry on a stale list.
+        wait_until(&format!("{name} released"), WAIT, || async {
+            let m = apis.machines.get(name).await.ok()?;
+            let rv = m.metadata.resource_version.clone();
+            let kept: Vec<String> =
+                m.metadata.finalizers.unwrap_or_default().into_iter().filter(|f| f != HOLD).collect();
+            let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": rv}});
+            let params = kube::api::PatchParams::default();
+            apis.machines.patch(name, &params, &kube::api::Patch::Merge(&patch)).await.ok().map(|_| ())
+        })
+        .await;
     }
 }
 

@@ -213,8 +213,11 @@ async fn invalid_deployments_get_a_condition_and_an_event() {
         })
         .await;
         assert!(condition.message.as_deref().unwrap().contains(text), "{condition:?}");
-        let events = events_of(&env, "MachineDeployment", name).await;
-        assert!(events.iter().any(|(r, n)| r == "InvalidSpec" && n.contains(text)), "{events:?}");
+        wait_until(&format!("{name}'s InvalidSpec event"), WAIT, || async {
+            let events = events_of(&env, "MachineDeployment", name).await;
+            events.iter().any(|(r, n)| r == "InvalidSpec" && n.contains(text)).then_some(())
+        })
+        .await;
     }
     assert!(apis.sets.list(&Default::default()).await.unwrap().items.is_empty(), "nothing was reconciled");
 
