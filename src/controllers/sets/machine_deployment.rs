@@ -130,8 +130,8 @@ async fn report_invalid(
     Ok(())
 }
 
-/// Writes what changed from `old` to `new` to the status, guarded by `d`'s resourceVersion (the freeze writes
-/// conditions too, and the list is written whole).
+/// Writes what changed from `old` to `new` to the status; when the conditions change, guarded by `d`'s
+/// resourceVersion (the freeze writes conditions too, and the list is written whole).
 async fn write_status(
     ctx: &SetsContext,
     d: &MachineDeployment,
@@ -139,7 +139,9 @@ async fn write_status(
     new: &MachineDeploymentStatus,
 ) -> Result<Option<MachineDeployment>, Error> {
     let Some(mut patch) = status_patch(old, new) else { return Ok(None) };
-    patch["metadata"] = json!({"resourceVersion": d.resource_version()});
+    if patch["status"].get("conditions").is_some() {
+        patch["metadata"] = json!({"resourceVersion": d.resource_version()});
+    }
     let api: Api<MachineDeployment> = Api::namespaced(ctx.base.control.clone(), &d.namespace().unwrap_or_default());
     api.patch_status(&d.name_any(), &params(), &Patch::Merge(&patch))
         .await

@@ -5,6 +5,10 @@
 //! Observe (the set and the machines from the stores, Nodes for the preserve annotation), decide (`lifecycle`),
 //! act (creations in slow-start batches, deletions in parallel, merge patches), then wait until the stores show
 //! the writes ([`super::settle`]) so that the next pass counts what this one did.
+//!
+//! Events: MCM records `SuccessfulCreate`/`SuccessfulDelete` per machine; kube-runtime's recorder folds repeats of
+//! a reason into one event that keeps its first note, so we record one per pass naming all its machines (the
+//! same reasons, more information, a request per pass instead of per machine).
 
 use std::sync::Arc;
 
@@ -166,8 +170,12 @@ async fn run(observed: &MachineSet, ctx: &SetsContext) -> Result<bool, Error> {
     if status_update_required(&set, &status)
         && let Some(mut patch) = status_patch(&set.status.clone().unwrap_or_default(), &status)
     {
-        // The freeze also writes `machineSetCondition`: a list written whole must not overwrite its change.
-        patch["metadata"] = json!({"resourceVersion": set.resource_version()});
+        // The freeze also writes `machineSetCondition`: when this patch replaces that list, it must not overwrite
+        // the freeze's change. Counts alone need no guard (and the deployment's patches of the spec would make
+        // every guarded write conflict during a rollout).
+        if patch["status"].get("machineSetCondition").is_some() {
+            patch["metadata"] = json!({"resourceVersion": set.resource_version()});
+        }
         let updated = sets
             .patch_status(&set.name_any(), &params(), &Patch::Merge(&patch))
             .await
@@ -272,30 +280,40 @@ async fn create_machines(
     let template = machine_from_template(set);
     let post = PostParams { field_manager: Some(MANAGER.to_string()), ..Default::default() };
     let mut created = Vec::new();
+    let mut error = None;
     for batch in slow_start_batches(count) {
         let results = join_all((0..batch).map(|_| api.create(&post, &template))).await;
-        let mut error = None;
         for result in results {
             match result {
-                Ok(m) => {
-                    let note = format!("Created machine: {}", m.name_any());
-                    publish_to(&ctx.set_events, set, EventSpec::normal("SuccessfulCreate", note)).await;
-                    created.push(m);
-                }
+                Ok(m) => created.push(m),
                 Err(e) => {
-                    let message = format!("Error creating: {e}");
-                    publish_to(&ctx.set_events, set, EventSpec::warning("FailedCreate", message.clone())).await;
-                    error.get_or_insert(message);
+                    error.get_or_insert(format!("Error creating: {e}"));
                 }
             }
         }
         if error.is_some() {
-            tracing::warn!(machine_set = %key_of(set), created = created.len(), wanted = count, error = ?error, "creating machines failed");
-            return (created, error);
+            break;
         }
     }
-    tracing::info!(machine_set = %key_of(set), created = created.len(), "created machines");
-    (created, None)
+    if !created.is_empty() {
+        tracing::info!(machine_set = %key_of(set), created = created.len(), "created machines");
+        let note = format!("Created machine{}: {}", plural(created.len()), names(&created));
+        publish_to(&ctx.set_events, set, EventSpec::normal("SuccessfulCreate", note)).await;
+    }
+    if let Some(message) = &error {
+        tracing::warn!(machine_set = %key_of(set), created = created.len(), wanted = count, error = %message, "creating machines failed");
+        publish_to(&ctx.set_events, set, EventSpec::warning("FailedCreate", message.clone())).await;
+    }
+    (created, error)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Names of machines for an event note (events are cut at 1 kB).
+fn names(machines: &[Machine]) -> String {
+    machines.iter().map(|m| m.name_any()).collect::<Vec<_>>().join(", ")
 }
 
 /// Deletes the victims in parallel, each followed by its status (Terminating, "Deleting machine from cloud
@@ -330,8 +348,6 @@ async fn delete_machines(
                     DeletionReason::SetDeleted => "machine set deleted",
                 };
                 tracing::info!(machine_set = %key_of(set), machine = %name, reason = why, "deleted a machine");
-                let note = format!("Deleted machine: {name}");
-                publish_to(&ctx.set_events, set, EventSpec::normal("SuccessfulDelete", note)).await;
                 deleted.push(target.clone());
                 match after {
                     Some(m) => {
@@ -343,11 +359,17 @@ async fn delete_machines(
                 }
             }
             Err(e) => {
-                let message = format!("Error deleting: {e}");
-                publish_to(&ctx.set_events, set, EventSpec::warning("FailedDelete", message.clone())).await;
-                error.get_or_insert(message);
+                tracing::warn!(machine_set = %key_of(set), machine = %name, error = %e, "deleting a machine failed");
+                error.get_or_insert(format!("Error deleting: {e}"));
             }
         }
+    }
+    if !deleted.is_empty() {
+        let note = format!("Deleted machine{}: {}", plural(deleted.len()), names(&deleted));
+        publish_to(&ctx.set_events, set, EventSpec::normal("SuccessfulDelete", note)).await;
+    }
+    if let Some(message) = &error {
+        publish_to(&ctx.set_events, set, EventSpec::warning("FailedDelete", message.clone())).await;
     }
     (deleted, error)
 }

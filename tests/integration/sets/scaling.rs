@@ -48,14 +48,14 @@ async fn a_deployment_scales_from_0_to_10_to_3_with_kubectl_scale() {
         assert_eq!((owner.controller, owner.block_owner_deletion), (Some(true), Some(true)));
     }
     let events = events_of(&env, "MachineSet", &set_name).await;
-    assert!(events.iter().any(|(r, n)| r == "SuccessfulCreate" && n.starts_with("Created machine: ")), "{events:?}");
+    assert!(events.iter().any(|(r, n)| r == "SuccessfulCreate" && n.starts_with("Created machine")), "{events:?}");
     let d_events = events_of(&env, "MachineDeployment", "web").await;
     assert!(d_events.iter().any(|(r, n)| r == "ScalingMachineSet" && n.contains("to 10")), "{d_events:?}");
 
     env.kubectl.run(&["-n", NS, "scale", "mcd", "web", "--replicas=3"]).await;
     assert_eq!(wait_settled(&apis, "web", 3).await, set_name, "scaling keeps the set");
     let events = events_of(&env, "MachineSet", &set_name).await;
-    assert!(events.iter().any(|(r, n)| r == "SuccessfulDelete" && n.starts_with("Deleted machine: ")), "{events:?}");
+    assert!(events.iter().any(|(r, n)| r == "SuccessfulDelete" && n.starts_with("Deleted machine")), "{events:?}");
     wait_until("7 VMs to go", WAIT, || async { (live_vms(&env) == 3).then_some(()) }).await;
     let shown = env.kubectl.run(&["-n", NS, "get", "mcd", "web", "--no-headers"]).await;
     assert!(shown.split_whitespace().take(5).eq(["web", "3", "3", "3", "3"]), "{shown}");
