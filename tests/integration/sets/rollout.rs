@@ -187,3 +187,75 @@ async fn rollback_restores_the_old_template() {
     assert!(events.iter().any(|(r, n)| r == "DeploymentRollback" && n.contains("revision 1")), "{events:?}");
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_template_changes_do_not_roll_and_history_is_limited() {
+    let env = env_with_class(0.1).await;
+    let apis = apis(&env);
+    let mut d = deployment("inplace", 2, rolling(json!(1), json!(0)));
+    d["spec"]["revisionHistoryLimit"] = json!(0);
+    create(&apis.deployments, d).await;
+    let set = wait_settled(&apis, "inplace", 2).await;
+    let names: BTreeSet<Option<String>> =
+        machines_of(&apis, "inplace").await.into_iter().map(|m| m.metadata.name).collect();
+
+    // The node template and a timeout change in place: same set, same machines, the Nodes follow.
+    let patch = json!({"spec": {"template": {"spec": {
+        "nodeTemplate": {"metadata": {"labels": {"pool": "blue"}}},
+        "drainTimeout": "5m",
+    }}}});
+    merge(&apis.deployments, "inplace", patch).await;
+    let nodes = env.nodes();
+    wait_until("the node template on the Nodes", WAIT, || async {
+        for m in machines_of(&apis, "inplace").await {
+            let node = nodes.get(m.metadata.name.as_deref()?).await.ok()?;
+            let labelled = node.metadata.labels?.get("pool").map(String::as_str) == Some("blue");
+            let drain = m.spec.configuration.drain_timeout.map(|d| d.0);
+            if !labelled || drain != Some(std::time::Duration::from_secs(300)) {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    assert_eq!(wait_settled(&apis, "inplace", 2).await, set, "no new set");
+    let after: BTreeSet<Option<String>> =
+        machines_of(&apis, "inplace").await.into_iter().map(|m| m.metadata.name).collect();
+    assert_eq!(after, names, "no machine was replaced");
+
+    // A template label rolls; with revisionHistoryLimit 0 the old set goes once the rollout is complete.
+    merge(&apis.deployments, "inplace", json!({"spec": {"template": {"metadata": {"labels": {"tier": "b"}}}}})).await;
+    let new_set = wait_settled(&apis, "inplace", 2).await;
+    assert_ne!(new_set, set);
+    wait_until("the old set to be cleaned up", WAIT, || async {
+        apis.sets.get_opt(&set).await.ok()?.is_none().then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_rollout_exceeds_its_progress_deadline() {
+    // Machines that take ten minutes to boot never become available within the two-second deadline.
+    let env = env_with_class(600.0).await;
+    let apis = apis(&env);
+    let mut d = deployment("stuck", 1, rolling(json!(1), json!(0)));
+    d["spec"]["progressDeadlineSeconds"] = json!(2);
+    create(&apis.deployments, d).await;
+    let started = std::time::Instant::now();
+    let condition = wait_until("ProgressDeadlineExceeded", WAIT, || async {
+        let d = apis.deployments.get("stuck").await.ok()?;
+        d.status?.conditions?.into_iter().find(|c| {
+            c.type_ == MachineDeploymentConditionType::Progressing
+                && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+        })
+    })
+    .await;
+    assert_eq!(condition.status, mcm::api::mcm::ConditionStatus::False);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "requeued at the deadline: {:?}",
+        started.elapsed()
+    );
+    env.shutdown().await;
+}
