@@ -55,7 +55,25 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) 
         return Ok(Action::requeue(resync));
     }
     let mut written = Written::default();
-    let sets = claim_sets(&ctx, &d, &mut written).await?;
+    let result = observe_and_act(&ctx, &d, now, &mut written).await;
+    // Settled also after an error, so the retry starts from what this pass did.
+    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, &key).await;
+    let next = result?;
+    ctx.base.retries.reset(&format!("deployment:{key}"));
+    Ok(match next {
+        Some(after) => Action::requeue(after.min(resync)),
+        None => Action::await_change(),
+    })
+}
+
+/// Claims the sets, plans the pass and applies the plan; returns when to look again.
+async fn observe_and_act(
+    ctx: &SetsContext,
+    d: &MachineDeployment,
+    now: Timestamp,
+    written: &mut Written,
+) -> Result<Option<Duration>, Error> {
+    let sets = claim_sets(ctx, d, written).await?;
     let uids: HashSet<String> = sets.iter().filter_map(|s| s.uid()).collect();
     let namespace = d.namespace();
     let machines: Vec<DeploymentMachine> = ctx
@@ -70,29 +88,17 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) 
             DeploymentMachine::from_machine(m, node.as_deref())
         })
         .collect();
-    let observation = DeploymentObservation {
-        deployment: &d,
-        sets: &sets,
-        machines: &machines,
-        now,
-        options: ctx.options.deployment,
-    };
+    let observation =
+        DeploymentObservation { deployment: d, sets: &sets, machines: &machines, now, options: ctx.options.deployment };
     let plan = match plan_deployment(&observation) {
         DeploymentDecision::Plan(plan) => *plan,
         DeploymentDecision::Invalid(errors) => {
-            report_invalid(&ctx, &d, &errors, now).await?;
-            return Ok(Action::requeue(resync));
+            report_invalid(ctx, d, &errors, now).await?;
+            return Ok(Some(ctx.base.config.resync));
         }
     };
-    tracing::debug!(machine_deployment = %key, sets = ?sets.iter().map(|s| (s.name_any(), s.spec.replicas)).collect::<Vec<_>>(), ?plan, "plan");
-    let next = execute(&ctx, &d, &sets, plan, now, &mut written).await;
-    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, &key).await;
-    let next = next?;
-    ctx.base.retries.reset(&format!("deployment:{key}"));
-    Ok(match next {
-        Some(after) => Action::requeue(after.min(resync)),
-        None => Action::await_change(),
-    })
+    tracing::debug!(machine_deployment = %key_of(d), sets = ?sets.iter().map(|s| (s.name_any(), s.spec.replicas)).collect::<Vec<_>>(), ?plan, "plan");
+    execute(ctx, d, &sets, plan, now, written).await
 }
 
 /// After an API error: back off per deployment.

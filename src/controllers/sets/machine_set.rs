@@ -62,7 +62,11 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<SetsContext>) -> Re
         }
         ctx.valid_again(&key);
     }
-    let failed = run(&set, &ctx).await?;
+    // Settled also after an error: a pass that created machines and then failed must not create them again.
+    let mut written = Written::default();
+    let result = run(&set, &ctx, &mut written).await;
+    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, &key).await;
+    let failed = result?;
     let gate = format!("set-create:{key}");
     Ok(match failed {
         // Creating or deleting machines failed: the condition says so; try again with back-off.
@@ -98,13 +102,12 @@ async fn report_invalid(ctx: &SetsContext, set: &MachineSet, errors: &[SetValida
 }
 
 /// One pass; returns whether creating or deleting machines failed.
-async fn run(observed: &MachineSet, ctx: &SetsContext) -> Result<bool, Error> {
+async fn run(observed: &MachineSet, ctx: &SetsContext, written: &mut Written) -> Result<bool, Error> {
     let now = Timestamp::now();
     let namespace = observed.namespace().unwrap_or_default();
     let sets: Api<MachineSet> = Api::namespaced(ctx.base.control.clone(), &namespace);
     let api: Api<Machine> = Api::namespaced(ctx.base.control.clone(), &namespace);
     let deleting = observed.metadata.deletion_timestamp.is_some();
-    let mut written = Written::default();
     let mut set = observed.clone();
 
     if !deleting && !has_finalizer(&set) {
@@ -116,7 +119,7 @@ async fn run(observed: &MachineSet, ctx: &SetsContext) -> Result<bool, Error> {
         set = updated;
     }
 
-    let mut machines = claim_machines(ctx, &set, &sets, &api, &mut written).await?;
+    let mut machines = claim_machines(ctx, &set, &sets, &api, written).await?;
     let facts = ReplicaFacts::from_machine_set(
         &set,
         machines.iter().map(|m| SetMachine::from_machine(m, node_preserve(ctx, m).as_deref(), now)).collect(),
@@ -131,13 +134,12 @@ async fn run(observed: &MachineSet, ctx: &SetsContext) -> Result<bool, Error> {
     let unpreserve = plan.stop_auto_preserve.iter().map(|n| (n, None));
     for (name, value) in preserve.chain(unpreserve) {
         let patch = json!({"metadata": {"annotations": {PRESERVE: value}}});
-        update_machine(&api, &mut machines, name, &patch, "annotate", &mut written).await?;
+        update_machine(&api, &mut machines, name, &patch, "annotate", written).await?;
     }
     if !deleting {
         for p in plan_propagation(&set, &machines) {
             tracing::info!(machine_set = %key_of(&set), machine = %p.machine, fields = ?p.fields, "template in place");
-            update_machine(&api, &mut machines, &p.machine, &p.patch, "propagate the template to", &mut written)
-                .await?;
+            update_machine(&api, &mut machines, &p.machine, &p.patch, "propagate the template to", written).await?;
         }
     }
 
@@ -182,7 +184,6 @@ async fn run(observed: &MachineSet, ctx: &SetsContext) -> Result<bool, Error> {
             .map_err(|e| Error::kube("patch status of", format!("MachineSet {}", key_of(&set)), e))?;
         written.set_changed(&set, &updated);
     }
-    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, &key_of(&set)).await;
     Ok(failure.is_some())
 }
 

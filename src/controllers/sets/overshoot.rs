@@ -86,6 +86,7 @@ fn is_addition(known: &mut HashSet<String>, notice: &Notice<Machine>) -> bool {
 /// One sweep over every namespace.
 async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
     let mut written = Written::default();
+    let mut failure = None;
     let now = Timestamp::now();
     let sets = ctx.sets.state();
     let deployments = ctx.deployments.state();
@@ -116,13 +117,15 @@ async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
             tracing::debug!(machine_set = %key_of(f.set), count = f.machine_count, upper = t.upper, lower = t.lower, "overshoot check");
         }
         for action in plan_freeze_sweep(&facts, &ns_deployments, ctx.options.freeze) {
-            apply(ctx, namespace, action, now, &mut written).await?;
+            if let Err(e) = apply(ctx, namespace, action, now, &mut written).await {
+                failure.get_or_insert(e);
+            }
         }
     }
     // The next sweep (often a few milliseconds later, on the next Machine) must see these writes, or it would
     // find a deployment it just froze unfrozen and freeze it again under another reason.
     written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, "overshoot sweep").await;
-    Ok(())
+    failure.map_or(Ok(()), Err)
 }
 
 async fn apply(
