@@ -111,11 +111,23 @@ fn requests(env: &DevEnvironment, machines: usize) -> String {
     let mut busiest: Vec<(&(String, String), &u64)> = counts.iter().collect();
     busiest.sort_by(|a, b| b.1.cmp(a.1));
     let top: Vec<String> = busiest.iter().take(8).map(|((v, r), n)| format!("{v} {r} {n}")).collect();
+    // What the set and deployment controllers write to their own objects and to Machines (create, delete).
+    let sets: u64 = counts
+        .iter()
+        .filter(|((verb, resource), _)| {
+            resource.starts_with("machinesets")
+                || resource.starts_with("machinedeployments")
+                || (resource == "machines" && (verb == "create" || verb == "delete"))
+        })
+        .map(|(_, n)| *n)
+        .sum();
     let per = |n: u64| n as f64 / machines.max(1) as f64;
     format!(
-        "{total} requests = {:.1} per machine ({:.1} without the kubelet simulator's Node writes); busiest: {}",
+        "{total} requests = {:.1} per machine ({:.1} without the kubelet simulator's Node writes; {:.1} on \
+         MachineSets, MachineDeployments and Machine creations and deletions); busiest: {}",
         per(total),
         per(total - kubelet),
+        per(sets),
         top.join(", ")
     )
 }
