@@ -18,8 +18,9 @@ crds: ## Regenerate crds/ from the API types (a test fails when crds/ drifts)
 fmt: ## Format the code
 	$(CARGO) fmt
 
-bench: ## Measure the embedded API server (release build; see docs/benchmarks.md)
+bench: ## Measure the embedded API server and the controllers (release build; see docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench apiserver
+	$(CARGO) run --release --quiet --no-default-features -- bench machines
 
 lint: ## Formatting and clippy (with every feature, and with none), warnings as errors
 	$(CARGO) fmt --check

@@ -2,6 +2,12 @@
 //!
 //! `mcm bench apiserver` drives the embedded API server through kube-rs, as controllers do: create throughput,
 //! list latency at N objects, watch fan-out latency with W watchers, and resident memory per N objects.
+//! `mcm bench machines` ([`machines`]) runs every controller: MachineDeployments up to N Running machines and a
+//! rolling update of all of them.
+
+mod machines;
+
+pub use machines::{MachinesBench, machines};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,6 +50,17 @@ pub enum BenchError {
     /// A watcher saw nothing in time.
     #[error("a watcher did not see the change within 30 s")]
     WatchTimeout,
+    /// The controllers did not get there in time.
+    #[error("{what} was not done after {after:?}; try fewer machines or a longer --timeout")]
+    NotDone {
+        /// What was awaited.
+        what: &'static str,
+        /// How long it waited.
+        after: Duration,
+    },
+    /// Preparing the benchmark failed.
+    #[error("could not prepare the benchmark: {0}")]
+    Setup(String),
 }
 
 fn rss_bytes() -> Option<u64> {

@@ -157,7 +157,7 @@ pub struct DevEnvironment {
     pub drivers: DriverRegistry,
     /// The kubelet simulator registering Nodes for booted VMs (absent with `--apiserver-only`).
     pub kubelet: Option<Kubelet>,
-    /// The machine controllers (absent with `--apiserver-only`, or while stopped).
+    /// The controllers (absent with `--apiserver-only`, or while stopped).
     pub controllers: Option<Controllers>,
     /// How the controllers run (kept to restart them).
     pub controller_options: ControllerOptions,
@@ -204,7 +204,10 @@ impl DevEnvironment {
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
         environment.start_controllers();
-        progress("started the machine controllers (machine, termination, machine class, secret, safety)");
+        progress(
+            "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
+             deployment, overshoot freeze)",
+        );
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
             progress(&format!("applied the sample: {}", environment.sample.join(", ")));

@@ -1,10 +1,12 @@
-//! The machine controller's flags, with MCM's names and defaults (`mcm-behaviour.md` §4.2), shared by `mcm dev`
-//! and (later) `mcm run`.
+//! The controllers' flags, with MCM's names and defaults, shared by `mcm dev` and (later) `mcm run`: the machine
+//! controller's (`mcm-behaviour.md` §4.2) and the machine-controller-manager's (§4.1: the MachineSet and
+//! MachineDeployment controllers and the overshoot freeze).
 
 use crate::api::Duration;
 use crate::controllers::ControllerOptions;
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::config::{DEFAULT_NODE_CONDITIONS, parse_node_conditions};
+use crate::lifecycle::freeze::FreezeOptions;
 use crate::lifecycle::safety::SafetyConfig;
 
 /// Flags of the machine controllers.
@@ -85,6 +87,43 @@ impl MachineControllerFlags {
     }
 }
 
+/// Flags of the MachineSet and MachineDeployment controllers and the overshoot freeze (MCM's
+/// machine-controller-manager binary).
+#[derive(Clone, Debug, clap::Args)]
+pub struct MachineControllerManagerFlags {
+    /// Machines a MachineSet may own above its expected maximum (replicas + maxSurge) before it is frozen.
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(i32).range(0..))]
+    pub safety_up: i32,
+    /// How far below the freeze threshold the machine count must fall before a frozen MachineSet is unfrozen.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(i32).range(0..))]
+    pub safety_down: i32,
+    /// How often the overshoot check runs (it also runs whenever a Machine appears).
+    #[arg(long, value_name = "DURATION", default_value = "1m")]
+    pub machine_safety_overshooting_period: Duration,
+    /// Protect every node of a rolling MachineDeployment from cluster-autoscaler scale-down.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub autoscaler_scaledown_annotation_during_rollout: bool,
+}
+
+impl MachineControllerManagerFlags {
+    /// Sets what these flags describe on `options`.
+    pub fn apply(&self, options: &mut ControllerOptions) {
+        options.sets.freeze = FreezeOptions { safety_up: self.safety_up, safety_down: self.safety_down };
+        // A zero period would spin; MCM's default is a minute.
+        options.sets.overshooting_period =
+            self.machine_safety_overshooting_period.0.max(std::time::Duration::from_millis(100));
+        options.sets.deployment.autoscaler_scale_down_annotation_during_rollout =
+            self.autoscaler_scaledown_annotation_during_rollout;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -95,6 +134,8 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         flags: MachineControllerFlags,
+        #[command(flatten)]
+        manager: MachineControllerManagerFlags,
     }
 
     #[test]
@@ -127,5 +168,30 @@ mod tests {
         assert_eq!(options.safety.apiserver_statuscheck_period, std::time::Duration::from_secs(120));
         assert_eq!(options.safety.apiserver_statuscheck_timeout, std::time::Duration::from_secs(45));
         assert!(Cli::try_parse_from(["mcm", "--machine-drain-timeout=soon"]).is_err());
+    }
+
+    #[test]
+    fn manager_flags_are_mcms() {
+        let cli = Cli::parse_from(["mcm"]);
+        let mut options = cli.flags.options();
+        cli.manager.apply(&mut options);
+        assert_eq!(options.sets, crate::controllers::SetOptions::default());
+
+        let cli = Cli::parse_from([
+            "mcm",
+            "--safety-up=5",
+            "--safety-down",
+            "3",
+            "--machine-safety-overshooting-period=10s",
+            "--autoscaler-scaledown-annotation-during-rollout=false",
+        ]);
+        let mut options = cli.flags.options();
+        cli.manager.apply(&mut options);
+        assert_eq!(options.sets.freeze, FreezeOptions { safety_up: 5, safety_down: 3 });
+        assert_eq!(options.sets.overshooting_period, std::time::Duration::from_secs(10));
+        assert!(!options.sets.deployment.autoscaler_scale_down_annotation_during_rollout);
+        let bare = Cli::parse_from(["mcm", "--autoscaler-scaledown-annotation-during-rollout"]);
+        assert!(bare.manager.autoscaler_scaledown_annotation_during_rollout, "a bare flag means true, as in Go");
+        assert!(Cli::try_parse_from(["mcm", "--safety-up=-1"]).is_err());
     }
 }

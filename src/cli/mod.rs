@@ -12,7 +12,7 @@ use crate::api;
 
 mod flags;
 
-pub use flags::MachineControllerFlags;
+pub use flags::{MachineControllerFlags, MachineControllerManagerFlags};
 
 /// Version information compiled into the binary.
 pub mod version {
@@ -57,6 +57,22 @@ enum BenchCommand {
         #[arg(long, default_value_t = 8)]
         parallel: usize,
     },
+    /// Every controller: MachineDeployments up to N Running machines (zero boot time), then a rolling update of
+    /// all of them; time, API requests per machine, peak memory.
+    Machines {
+        /// Machines in total.
+        #[arg(long, default_value_t = 1_000)]
+        machines: usize,
+        /// MachineDeployments they are spread over.
+        #[arg(long, default_value_t = 10)]
+        deployments: usize,
+        /// `maxSurge` of the rolling update, in percent (`maxUnavailable` is 0).
+        #[arg(long, default_value_t = 10)]
+        surge_percent: u32,
+        /// Give up on a phase after this long.
+        #[arg(long, value_name = "DURATION", default_value = "10m")]
+        timeout: crate::api::Duration,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -78,6 +94,8 @@ struct DevArgs {
     apiserver_only: bool,
     #[command(flatten)]
     controllers: MachineControllerFlags,
+    #[command(flatten)]
+    manager: MachineControllerManagerFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,15 +154,26 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
         }
+        Command::Bench(BenchCommand::Machines { machines, deployments, surge_percent, timeout }) => {
+            init_logging();
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            let sizes = crate::bench::MachinesBench { machines, deployments, surge_percent, timeout: timeout.0 };
+            let report = runtime.block_on(crate::bench::machines(sizes))?;
+            let mut out = std::io::stdout().lock();
+            write_out(&mut out, &report)
+        }
         Command::Dev(args) => {
             init_logging();
+            let mut controllers = args.controllers.options();
+            args.manager.apply(&mut controllers);
             let options = crate::dev::DevOptions {
                 listen: args.listen,
                 kubeconfig_out: args.kubeconfig_out,
                 data_dir: args.data_dir,
                 apiserver_only: args.apiserver_only,
                 sample: !args.no_sample,
-                controllers: args.controllers.options(),
+                controllers,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

@@ -203,6 +203,24 @@ impl Context {
     }
 }
 
+/// Records `event` on `object` with `recorder` (the set and deployment controllers report under their own names,
+/// as MCM's do); a failure is only logged (events are best effort).
+pub(crate) async fn publish_to<K: Resource<DynamicType = ()>>(recorder: &Recorder, object: &K, event: EventSpec) {
+    let e = Event {
+        type_: match event.severity {
+            Severity::Normal => EventType::Normal,
+            Severity::Warning => EventType::Warning,
+        },
+        reason: event.reason.to_string(),
+        note: Some(truncate(event.note, 1000)),
+        action: event.reason.to_string(),
+        secondary: None,
+    };
+    if let Err(err) = recorder.publish(&e, &object.object_ref(&())).await {
+        tracing::debug!(object = %key_of(object), error = %err, "could not record an event");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! The kube-runtime controllers of MCM's machine side: the machine controller (create, health, node sync), the
 //! termination controller (deletion), the MachineClass controller, the Secret controller and the safety controller
-//! (orphan VMs, the API-server freeze).
+//! (orphan VMs, the API-server freeze); and of its machine-controller-manager side ([`sets`]): the MachineSet and
+//! MachineDeployment controllers and the overshoot freeze.
 //!
 //! Design:
 //! - One watch per kind ([`informer`]), shared: a reflector store every reconcile reads from, and notices fanned out
@@ -22,6 +23,7 @@ mod informer;
 mod machine;
 mod machine_class;
 mod safety;
+mod sets;
 mod termination;
 mod writes;
 
@@ -45,6 +47,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
 pub use safety::FROZEN_METRIC;
+pub use sets::SetOptions;
 
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
@@ -95,6 +98,8 @@ pub struct ControllerOptions {
     pub shutdown_grace: Duration,
     /// The safety controller: orphan VMs and the API-server freeze.
     pub safety: SafetyConfig,
+    /// The MachineSet and MachineDeployment controllers and the overshoot freeze.
+    pub sets: SetOptions,
 }
 
 impl Default for ControllerOptions {
@@ -105,6 +110,7 @@ impl Default for ControllerOptions {
             concurrent_syncs: 50,
             shutdown_grace: Duration::from_secs(10),
             safety: SafetyConfig::default(),
+            sets: SetOptions::default(),
         }
     }
 }
@@ -119,7 +125,8 @@ pub struct Controllers {
 }
 
 impl Controllers {
-    /// Starts the machine, termination, MachineClass, Secret and safety controllers with `drivers`.
+    /// Starts the machine, termination, MachineClass, Secret and safety controllers with `drivers`, and the
+    /// MachineSet and MachineDeployment controllers with the overshoot freeze.
     pub fn start(clusters: Clusters, drivers: DriverRegistry, options: ControllerOptions) -> Controllers {
         let control = clusters.control.clone();
         let ns = options.namespace.clone();
@@ -236,8 +243,11 @@ impl Controllers {
                 .run(machine_class::reconcile_secret, machine_class::error_policy, ctx.clone())
                 .for_each(|_| futures::future::ready(()));
 
+        let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
+
         let mut informers =
             vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
+        informers.extend(started.informers);
         if let Some(nodes) = nodes {
             informers.push(tokio::spawn(nodes.run()));
         }
@@ -255,14 +265,17 @@ impl Controllers {
             stop: stop.subscribe(),
         });
 
-        let controllers = vec![
+        let controllers: Vec<JoinHandle<()>> = vec![
             tokio::spawn(machine_controller),
             tokio::spawn(termination_controller),
             tokio::spawn(class_controller),
             tokio::spawn(secret_controller),
             tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices))),
             tokio::spawn(safety.run_freeze()),
-        ];
+        ]
+        .into_iter()
+        .chain(started.controllers)
+        .collect();
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
         Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze }
     }

@@ -92,11 +92,11 @@ pub fn thresholds(set: &MachineSet, parent: Option<&MachineDeployment>, options:
 }
 
 /// The machines counted against a set: labels include the template's and an owner reference has the set's name.
-pub fn count_machines(set: &MachineSet, machines: &[Machine]) -> i32 {
+pub fn count_machines<'a>(set: &MachineSet, machines: impl IntoIterator<Item = &'a Machine>) -> i32 {
     let name = set.metadata.name.as_deref().unwrap_or_default();
     let template_labels = set.spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.as_ref());
     let n = machines
-        .iter()
+        .into_iter()
         .filter(|m| labels_match(template_labels, m.metadata.labels.as_ref()))
         .filter(|m| m.metadata.owner_references.iter().flatten().any(|o| o.name == name))
         .count();

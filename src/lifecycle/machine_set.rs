@@ -1,6 +1,7 @@
 //! MachineSet decisions (mcm-behaviour.md §2.2, §2.5): how many machines to create, which to delete, which
 //! failed machines to auto-preserve; the status ([`status`]) and the in-place propagation of the template's
-//! node template, configuration and class kind into the machines ([`propagation`]).
+//! node template, configuration and class kind into the machines ([`propagation`]); the machines it creates and
+//! the status of those it deletes ([`machines`]).
 //!
 //! The replica plan, in MCM's order:
 //! - a MachineSet being deleted deletes all its machines, and drops its finalizer once none is left;
@@ -15,6 +16,7 @@
 //!   already matches, MCM #1078), and the failed machines that are not (being) preserved; deduplicated, at
 //!   most 100.
 
+pub mod machines;
 pub mod propagation;
 pub mod status;
 

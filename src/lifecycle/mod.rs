@@ -10,11 +10,13 @@
 //! - [`userdata`]: secret merging, `userData` templating, bootstrap tokens.
 //! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's names and texts.
 //! - [`machine_set`], [`machine_deployment`], [`deletion_order`], [`freeze`]: MachineSet and MachineDeployment
-//!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`).
+//!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`); [`claim`]: which
+//!   objects a set or deployment controls, adopts or releases.
 //! - [`safety`]: orphan VMs, Nodes no Machine manages, and the API-server freeze.
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod claim;
 pub mod class;
 pub mod clock;
 pub mod config;
@@ -35,4 +37,5 @@ pub mod status;
 pub mod userdata;
 
 pub use config::{Effective, MachineConfig};
+pub use object_meta::status_patch;
 pub use retry::{Backoff, RetryClass, RetryPolicy};

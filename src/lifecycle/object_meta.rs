@@ -124,6 +124,12 @@ pub(crate) fn merge_patch_of<T: Serialize>(from: &T, to: &T) -> Option<Value> {
     merge_patch(&from, &to)
 }
 
+/// The merge patch of a status subresource from `old` to `new` (`{"status": …}`), or `None` when they are equal.
+/// Removed fields become `null`, so a list that empties (say `failedMachines`) goes instead of staying.
+pub fn status_patch<T: Serialize>(old: &T, new: &T) -> Option<Value> {
+    merge_patch_of(old, new).map(|p| serde_json::json!({ "status": p }))
+}
+
 /// Canonical bytes of a JSON value: object keys sorted at every level, no whitespace. Stable whatever the map
 /// implementation `serde_json` was built with.
 pub(crate) fn canonical_json(value: &Value) -> String {

@@ -9,4 +9,5 @@ mod dev;
 mod drain;
 mod machines;
 mod providers;
+mod sets;
 mod support;

@@ -1,7 +1,7 @@
 //! One reconcile of a MachineDeployment, in MCM's order (mcm-behaviour.md §2.1), as a plan of writes.
 //!
-//! 1. Validate (an invalid deployment is not touched; the reasons are returned).
-//! 2. Being deleted: delete every MachineSet, then drop the finalizer once none is left.
+//! 1. Being deleted: delete every MachineSet, then drop the finalizer once none is left (valid spec or not).
+//! 2. Validate (an invalid deployment is not touched; the reasons are returned).
 //! 3. Add the finalizer; pause bookkeeping on `Progressing`; the autoscaler's annotation and machine marks.
 //! 4. Bring the new set (if one exists) up to date: revision, copied annotations, in-place fields.
 //! 5. Then one of: paused → scale and clean up history; `rollbackTo` → roll back; a scaling event → scale;
@@ -31,8 +31,8 @@ use super::rollout::{
 use super::scaling::{is_scaling_event, scale};
 use super::status::{
     FOUND_NEW_MACHINE_SET, MACHINE_SET_CREATE_ERROR, NEW_MACHINE_SET_CREATED, calculate_status,
-    check_paused_conditions, deployment_complete, get_condition, new_condition, progress_requeue, set_condition,
-    status_update_required, sync_rollout_status,
+    check_paused_conditions, clear_invalid_spec, deployment_complete, get_condition, new_condition, progress_requeue,
+    set_condition, status_update_required, sync_rollout_status,
 };
 use super::template::{find_new_machine_set, machine_set_name, new_machine_set, sync_in_place, template_hash};
 use super::validation::{ValidationError, validate};
@@ -156,18 +156,21 @@ pub enum DeploymentDecision {
 
 /// Decides one reconcile.
 pub fn plan_deployment(obs: &DeploymentObservation<'_>) -> DeploymentDecision {
-    if let Err(errors) = validate(obs.deployment) {
-        return DeploymentDecision::Invalid(errors);
-    }
     let mut w = Work::new(obs);
+    // Deletion needs no valid spec: an invalid deployment must not be stuck behind its finalizer (MCM validates
+    // first and so never lets one go).
     if obs.deployment.metadata.deletion_timestamp.is_some() {
         w.teardown();
         return w.finish();
+    }
+    if let Err(errors) = validate(obs.deployment) {
+        return DeploymentDecision::Invalid(errors);
     }
     if !has_finalizer(obs.deployment) {
         w.plan.finalizer = Some(FinalizerChange::Add);
     }
     let mut conditions = w.conditions();
+    clear_invalid_spec(&mut conditions);
     check_paused_conditions(obs.deployment.spec.paused, &mut conditions, obs.now);
     w.set_conditions(conditions);
 

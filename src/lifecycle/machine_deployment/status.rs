@@ -16,6 +16,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::rollout::max_unavailable;
+use super::validation::ValidationError;
 use super::{actual, available, set_name, spec_replicas, sum};
 use crate::api::mcm::{
     ConditionStatus, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
@@ -38,6 +39,10 @@ pub const NEW_MACHINE_SET_CREATED: &str = "NewMachineSetCreated";
 pub const FOUND_NEW_MACHINE_SET: &str = "FoundNewMachineSet";
 /// Progressing: creating the new set failed.
 pub const MACHINE_SET_CREATE_ERROR: &str = "MachineSetCreateError";
+/// Progressing: the spec is invalid and the deployment is not reconciled (our addition; MCM skips silently).
+pub const INVALID_SPEC: &str = "InvalidSpec";
+/// Progressing: the selector is empty (MCM's event reason, used for the condition too).
+pub const SELECTING_ALL: &str = "SelectingAll";
 /// Available: enough machines are available.
 pub const MINIMUM_REPLICAS_AVAILABLE: &str = "MinimumReplicasAvailable";
 /// Available: too few machines are available.
@@ -91,6 +96,41 @@ pub fn remove_condition(conditions: &mut Vec<MachineDeploymentCondition>, type_:
 
 fn reason_is(c: Option<&MachineDeploymentCondition>, reason: &str) -> bool {
     c.and_then(|c| c.reason.as_deref()) == Some(reason)
+}
+
+/// The status of an invalid deployment: `Progressing=False` with reason `SelectingAll` (empty selector) or
+/// `InvalidSpec` and every reason in the message, and the generation observed. Counts and other conditions stay.
+pub fn invalid_spec_status(
+    d: &MachineDeployment,
+    errors: &[ValidationError],
+    now: Timestamp,
+) -> MachineDeploymentStatus {
+    let mut status = d.status.clone().unwrap_or_default();
+    status.observed_generation = d.metadata.generation;
+    let reason = if errors.contains(&ValidationError::EmptySelector) { SELECTING_ALL } else { INVALID_SPEC };
+    let message = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    let current = get_condition(&conditions, MachineDeploymentConditionType::Progressing);
+    // `set_condition` keeps a condition with the same reason; a new message (another mistake) must still show.
+    if current.is_some_and(|c| c.message.as_deref() != Some(message.as_str())) {
+        remove_condition(&mut conditions, MachineDeploymentConditionType::Progressing);
+    }
+    set_condition(
+        &mut conditions,
+        new_condition(MachineDeploymentConditionType::Progressing, ConditionStatus::False, reason, message, now),
+    );
+    status.conditions = Some(conditions);
+    status
+}
+
+/// Drops a `Progressing` condition left by an invalid spec, once the spec is valid again; returns whether it did.
+pub fn clear_invalid_spec(conditions: &mut Vec<MachineDeploymentCondition>) -> bool {
+    let current = get_condition(conditions, MachineDeploymentConditionType::Progressing);
+    if reason_is(current, INVALID_SPEC) || reason_is(current, SELECTING_ALL) {
+        remove_condition(conditions, MachineDeploymentConditionType::Progressing);
+        return true;
+    }
+    false
 }
 
 /// Pause bookkeeping (`checkPausedConditions`): Progressing becomes Unknown/`DeploymentPaused` when paused and

@@ -73,6 +73,10 @@ async fn last_machine_gone_releases_the_class() {
         (!has(&env.get_class("c").await.metadata.finalizers, MACHINE_FINALIZER)).then_some(())
     })
     .await;
+    // A new machine takes the class again (its emptied finalizer list is stored as `[]`).
+    env.machine("three", "c").await;
+    env.wait_phase("three", MachinePhase::Running, WAIT).await;
+    assert!(has(&env.get_class("c").await.metadata.finalizers, MACHINE_FINALIZER));
     env.shutdown().await;
 }
 

@@ -163,6 +163,10 @@ fn finalizer_table() {
     gone.metadata.deletion_timestamp = Some(Time(now()));
     assert!(run(&deleting, &[gone], &[]).delete_sets.is_empty(), "sets already being deleted are not deleted again");
 
+    let mut invalid = deleting.clone();
+    invalid.spec.strategy = None;
+    assert_eq!(run(&invalid, std::slice::from_ref(&set), &[]).delete_sets, ["s1"], "an invalid spec is still deleted");
+
     deleting.metadata.finalizers = None;
     let plan = run(&deleting, &[set], &[]);
     assert!(plan.delete_sets.is_empty() && plan.finalizer.is_none(), "without our finalizer, nothing");

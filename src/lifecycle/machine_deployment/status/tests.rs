@@ -520,3 +520,56 @@ fn status_update_required_table() {
 }
 
 const NOW_TEXT: &str = crate::lifecycle::machine_deployment::test_support::NOW;
+
+#[test]
+fn invalid_spec_status_table() {
+    use crate::lifecycle::machine_deployment::validation::ValidationError;
+    let found = progressing(ConditionStatus::True, FOUND_NEW_MACHINE_SET, "2026-03-01T11:00:00Z");
+    let mut invalid = progressing(ConditionStatus::False, INVALID_SPEC, "2026-03-01T11:00:00Z");
+    invalid.message = Some(ValidationError::MissingStrategyType.to_string());
+    // (case, existing Progressing, errors, expected (status, reason), message changes)
+    let cases = [
+        (
+            "missing strategy",
+            Some(found.clone()),
+            vec![ValidationError::MissingStrategyType],
+            (ConditionStatus::False, INVALID_SPEC),
+        ),
+        ("empty selector", None, vec![ValidationError::EmptySelector], (ConditionStatus::False, SELECTING_ALL)),
+        (
+            "in-place update",
+            Some(invalid.clone()),
+            vec![ValidationError::InPlaceUpdateNotSupported, ValidationError::MissingFencepost("maxSurge")],
+            (ConditionStatus::False, INVALID_SPEC),
+        ),
+    ];
+    for (name, existing, errors, expected) in cases {
+        let mut d = deployment("d", 3, rolling("1", "0"));
+        d.metadata.generation = Some(4);
+        d.status.as_mut().unwrap().conditions = existing.map(|c| vec![c]);
+        let status = invalid_spec_status(&d, &errors, now());
+        assert_eq!(status.observed_generation, Some(4), "{name}");
+        assert_eq!(
+            find(&status, MachineDeploymentConditionType::Progressing),
+            Some((expected.0, expected.1.to_string())),
+            "{name}"
+        );
+        let c = get_condition(status.conditions.as_deref().unwrap(), MachineDeploymentConditionType::Progressing);
+        let message = c.and_then(|c| c.message.clone()).unwrap_or_default();
+        for e in &errors {
+            assert!(message.contains(&e.to_string()), "{name}: {message}");
+        }
+    }
+
+    // The same invalid spec again writes nothing.
+    let mut d = deployment("d", 3, rolling("1", "0"));
+    d.status.as_mut().unwrap().conditions = Some(vec![invalid.clone()]);
+    let again = invalid_spec_status(&d, &[ValidationError::MissingStrategyType], now());
+    assert!(!status_update_required(d.status.as_ref().unwrap(), &again));
+
+    let mut conditions = vec![invalid];
+    assert!(clear_invalid_spec(&mut conditions), "a valid spec drops the condition");
+    assert!(conditions.is_empty());
+    let mut conditions = vec![found];
+    assert!(!clear_invalid_spec(&mut conditions), "other reasons stay");
+}

@@ -1,0 +1,392 @@
+//! MCM's machine-controller-manager side: the MachineSet controller, the MachineDeployment controller and the
+//! overshoot freeze (`mcm-behaviour.md` §2.1, §2.2, §2.6 (c), §6.1). The decisions are `lifecycle`'s
+//! (`machine_set`, `machine_deployment`, `deletion_order`, `freeze`, `claim`); this module observes, calls them and
+//! applies their plans.
+//!
+//! Design:
+//! - Two more shared watches (MachineSets, MachineDeployments) next to the machine side's; Machine and Node notices
+//!   come from the machine side's informers, so every kind is still watched once.
+//! - Two kube-runtime `Controller`s: a set is reconciled on its own changes and on its machines' (an orphan's
+//!   change reaches every set whose selector matches it); a deployment on its own changes, its sets', and the
+//!   changes of its machines and their Nodes that its decisions read.
+//! - Read-your-writes ([`settle`]): a reconcile waits until the shared stores show what it wrote before it ends,
+//!   so the next reconcile of the object (kube-runtime never runs two at once) never acts on a stale view — the
+//!   expectations MCM records but never checks.
+//! - The overshoot sweep ([`overshoot`]) is a task: every `--machine-safety-overshooting-period` and whenever a
+//!   Machine appears.
+
+mod machine_deployment;
+mod machine_set;
+mod overshoot;
+mod settle;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::Controller;
+use kube::runtime::controller::Config as ControllerConfig;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::context::{Context, lock};
+use super::informer::{Changed, Informer, Notice};
+use super::{ControllerOptions, hash_of, refs};
+use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
+use crate::lifecycle::claim::controller_of;
+use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME, PRESERVE};
+use crate::lifecycle::freeze::FreezeOptions;
+use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
+use crate::lifecycle::machine_deployment::validation::selector_matches;
+use crate::lifecycle::machine_deployment::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
+use crate::lifecycle::names::NODE_LABEL;
+
+/// How the MachineSet and MachineDeployment controllers and the overshoot freeze run (MCM's
+/// machine-controller-manager flags).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetOptions {
+    /// `--safety-up` / `--safety-down` (2 / 1).
+    pub freeze: FreezeOptions,
+    /// `--machine-safety-overshooting-period` (1 m): how often the overshoot sweep runs besides Machine additions.
+    pub overshooting_period: Duration,
+    /// `--autoscaler-scaledown-annotation-during-rollout` (true).
+    pub deployment: DeploymentOptions,
+}
+
+impl Default for SetOptions {
+    fn default() -> Self {
+        SetOptions {
+            freeze: FreezeOptions::default(),
+            overshooting_period: Duration::from_secs(60),
+            deployment: DeploymentOptions::default(),
+        }
+    }
+}
+
+/// What the set and deployment reconciles share, on top of the machine side's [`Context`].
+pub(crate) struct SetsContext {
+    /// The machine side's context: clients, the Machine and Node stores, the configuration, retries.
+    pub base: Arc<Context>,
+    /// MachineSets.
+    pub sets: Store<MachineSet>,
+    /// MachineDeployments.
+    pub deployments: Store<MachineDeployment>,
+    /// Readiness of the two stores above.
+    pub ready: Vec<watch::Receiver<bool>>,
+    /// Events of the MachineSet controller (`machineset-controller`).
+    pub set_events: Recorder,
+    /// Events of the MachineDeployment controller (`machinedeployment-controller`).
+    pub deployment_events: Recorder,
+    /// Events of the overshoot freeze (`machine-controller-manager`).
+    pub safety_events: Recorder,
+    /// Options.
+    pub options: SetOptions,
+    /// The generation of each invalid MachineSet last reported, so a spec is reported once, not every resync.
+    pub reported: Mutex<HashMap<String, i64>>,
+}
+
+impl SetsContext {
+    /// Waits until every store has its first list.
+    async fn ready(&self) {
+        self.base.ready().await;
+        for ready in &self.ready {
+            let _ = ready.clone().wait_for(|r| *r).await;
+        }
+    }
+
+    /// Whether an invalid spec of `object` at `generation` is news (and remembers it).
+    fn first_report(&self, object: &str, generation: i64) -> bool {
+        lock(&self.reported).insert(object.to_string(), generation) != Some(generation)
+    }
+
+    /// Forgets the reports of a spec that is valid again.
+    fn valid_again(&self, object: &str) {
+        lock(&self.reported).remove(object);
+    }
+
+    /// The set `namespace/name`.
+    fn set(&self, namespace: &str, name: &str) -> Option<Arc<MachineSet>> {
+        self.sets.get(&ObjectRef::new(name).within(namespace))
+    }
+}
+
+/// What [`start`] started.
+pub(crate) struct Started {
+    /// The controllers and the sweep (stopped by the stop signal, with the grace period).
+    pub controllers: Vec<JoinHandle<()>>,
+    /// The two watches.
+    pub informers: Vec<JoinHandle<()>>,
+}
+
+fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
+/// Starts the MachineSet and MachineDeployment controllers and the overshoot sweep. Subscribes to the machine
+/// side's Machine and Node informers, so call it before they run.
+pub(crate) fn start(
+    base: Arc<Context>,
+    machines: &mut Informer<Machine>,
+    mut nodes: Option<&mut Informer<Node>>,
+    options: &ControllerOptions,
+    stop: watch::Receiver<bool>,
+) -> Started {
+    let ns = options.namespace.as_deref();
+    let mut sets: Informer<MachineSet> = Informer::new(scoped(base.control.clone(), ns), watcher::Config::default());
+    let mut deployments: Informer<MachineDeployment> =
+        Informer::new(scoped(base.control.clone(), ns), watcher::Config::default());
+    let recorder =
+        |name: &str| Recorder::new(base.control.clone(), Reporter { controller: name.to_string(), instance: None });
+    let ctx = Arc::new(SetsContext {
+        sets: sets.store(),
+        deployments: deployments.store(),
+        ready: vec![sets.ready(), deployments.ready()],
+        set_events: recorder("machineset-controller"),
+        deployment_events: recorder("machinedeployment-controller"),
+        safety_events: recorder("machine-controller-manager"),
+        options: options.sets.clone(),
+        reported: Mutex::default(),
+        base,
+    });
+
+    let shutdown = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
+
+    let set_triggers = set_triggers(&mut sets, machines, nodes.as_deref_mut(), &ctx);
+    let set_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.sets.clone())
+        .reconcile_on(set_triggers)
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown())
+        .run(machine_set::reconcile, machine_set::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, machines, nodes, &ctx);
+    let deployment_controller =
+        Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.deployments.clone())
+            .reconcile_on(deployment_triggers)
+            .with_config(config)
+            .graceful_shutdown_on(shutdown())
+            .run(machine_deployment::reconcile, machine_deployment::error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()));
+
+    let sweep = overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
+
+    Started {
+        controllers: vec![tokio::spawn(set_controller), tokio::spawn(deployment_controller), tokio::spawn(sweep)],
+        informers: vec![tokio::spawn(sets.run()), tokio::spawn(deployments.run())],
+    }
+}
+
+/// The owner of `meta` of `kind` by its controller reference: `(namespace, name)`.
+fn controller_named(meta: &kube::core::ObjectMeta, kind: &str) -> Option<(String, String)> {
+    controller_of(meta).filter(|r| r.kind == kind).map(|r| (meta.namespace.clone().unwrap_or_default(), r.name.clone()))
+}
+
+/// The sets a machine concerns: its controller set, or (an orphan) every set of its namespace whose selector
+/// matches its labels, which may adopt it.
+fn sets_of_machine(store: &Store<MachineSet>, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
+    if controller_of(&m.metadata).is_some() {
+        return controller_named(&m.metadata, "MachineSet")
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            .into_iter()
+            .collect();
+    }
+    let namespace = m.namespace();
+    let labels = m.labels();
+    store
+        .state()
+        .iter()
+        .filter(|s| s.namespace() == namespace)
+        .filter(|s| {
+            s.spec.selector.as_ref().is_some_and(|sel| !is_empty_selector(sel) && selector_matches(sel, labels))
+        })
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+/// The deployments a set concerns: its controller deployment, or (an orphan) every matching one.
+fn deployments_of_set(store: &Store<MachineDeployment>, s: &MachineSet) -> Vec<ObjectRef<MachineDeployment>> {
+    if controller_of(&s.metadata).is_some() {
+        return controller_named(&s.metadata, "MachineDeployment")
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            .into_iter()
+            .collect();
+    }
+    let namespace = s.namespace();
+    let labels = s.labels();
+    store
+        .state()
+        .iter()
+        .filter(|d| d.namespace() == namespace)
+        .filter(|d| {
+            d.spec.selector.as_ref().is_some_and(|sel| !is_empty_selector(sel) && selector_matches(sel, labels))
+        })
+        .map(|d| ObjectRef::from_obj(&**d))
+        .collect()
+}
+
+fn is_empty_selector(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> bool {
+    s.match_labels.as_ref().is_none_or(|l| l.is_empty()) && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+}
+
+/// The deployment of a machine: its set's controller deployment.
+fn deployment_of_machine(ctx: &SetsContext, m: &Machine) -> Option<ObjectRef<MachineDeployment>> {
+    let (ns, set) = controller_named(&m.metadata, "MachineSet")?;
+    let set = ctx.set(&ns, &set)?;
+    controller_named(&set.metadata, "MachineDeployment").map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+}
+
+/// The machines a Node belongs to (by their `node` label).
+fn machines_on_node(store: &Store<Machine>, node: &Node) -> Vec<Arc<Machine>> {
+    let name = node.name_any();
+    store.state().into_iter().filter(|m| m.labels().get(NODE_LABEL) == Some(&name)).collect()
+}
+
+/// What of a Machine the MachineSet controller reacts to: labels, annotations, owners, deletion, spec, phase and
+/// last operation (not the timestamps the machine controller refreshes).
+fn machine_key_for_set(m: &Machine) -> u64 {
+    let status = m.status.as_ref();
+    let current = status.and_then(|s| s.current_status.as_ref());
+    let op = status.and_then(|s| s.last_operation.as_ref());
+    hash_of((
+        serde_json::to_string(&m.metadata.labels).unwrap_or_default(),
+        serde_json::to_string(&m.metadata.annotations).unwrap_or_default(),
+        serde_json::to_string(&m.metadata.owner_references).unwrap_or_default(),
+        m.metadata.deletion_timestamp.is_some(),
+        serde_json::to_string(&m.spec).unwrap_or_default(),
+        current.map(|c| (format!("{:?}", c.phase), c.preserve_expiry_time.as_ref().map(|t| t.0.to_string()))),
+        op.map(|o| (o.description.clone(), format!("{:?}", o.state), format!("{:?}", o.type_))),
+    ))
+}
+
+/// What of a Machine the MachineDeployment controller reacts to: its set, its Node, its phase, deletion,
+/// preservation and the autoscaler's marks.
+fn machine_key_for_deployment(m: &Machine) -> u64 {
+    let annotations = m.annotations();
+    let current = m.status.as_ref().and_then(|s| s.current_status.as_ref());
+    hash_of((
+        controller_of(&m.metadata).map(|r| r.uid.clone()),
+        m.labels().get(NODE_LABEL).cloned(),
+        current.map(|c| (format!("{:?}", c.phase), c.preserve_expiry_time.is_some())),
+        m.metadata.deletion_timestamp.is_some(),
+        annotations.get(MACHINE_PRIORITY).cloned(),
+        annotations.get(MARKED_FOR_DELETION_TIME).cloned(),
+    ))
+}
+
+/// What of a Node the MachineDeployment controller reacts to: the rollout taint and the autoscaler annotations.
+fn node_key_for_deployment(node: &Node) -> u64 {
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == PREFER_NO_SCHEDULE));
+    let annotations = node.annotations();
+    hash_of((
+        tainted,
+        annotations.get(SCALE_DOWN_DISABLED).cloned(),
+        annotations.get(SCALE_DOWN_DISABLED_BY_MCM).cloned(),
+    ))
+}
+
+/// The MachineSet controller's triggers: its sets, their machines (orphans reach every matching set), and Nodes
+/// whose preserve annotation changed.
+fn set_triggers(
+    sets: &mut Informer<MachineSet>,
+    machines: &mut Informer<Machine>,
+    nodes: Option<&mut Informer<Node>>,
+    ctx: &Arc<SetsContext>,
+) -> impl Stream<Item = ObjectRef<MachineSet>> + Send + 'static {
+    let own = refs(sets.subscribe(), |n| match n {
+        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
+        Notice::Deleted(_) => None,
+    });
+    let store = ctx.sets.clone();
+    let mut changed = Changed::new(machine_key_for_set);
+    let by_machine =
+        refs(
+            machines.subscribe(),
+            move |n: Notice<Machine>| {
+                if changed.pass(&n) { sets_of_machine(&store, n.object()) } else { Vec::new() }
+            },
+        );
+    let mut all = vec![own.boxed(), by_machine.boxed()];
+    if let Some(nodes) = nodes {
+        let (machines, sets) = (ctx.base.machines.clone(), ctx.sets.clone());
+        let preserve = |node: &Node| node.annotations().get(PRESERVE).cloned();
+        let mut changed = Changed::new(preserve);
+        all.push(
+            refs(nodes.subscribe(), move |n: Notice<Node>| {
+                if !changed.pass(&n) {
+                    return Vec::new();
+                }
+                machines_on_node(&machines, n.object()).iter().flat_map(|m| sets_of_machine(&sets, m)).collect()
+            })
+            .boxed(),
+        );
+    }
+    stream::select_all(all)
+}
+
+/// The MachineDeployment controller's triggers: its deployments, their sets, the machines of those sets and the
+/// machines' Nodes.
+fn deployment_triggers(
+    deployments: &mut Informer<MachineDeployment>,
+    sets: &mut Informer<MachineSet>,
+    machines: &mut Informer<Machine>,
+    nodes: Option<&mut Informer<Node>>,
+    ctx: &Arc<SetsContext>,
+) -> impl Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static {
+    let own = refs(deployments.subscribe(), |n| match n {
+        Notice::Applied(d) => Some(ObjectRef::from_obj(&*d)),
+        Notice::Deleted(_) => None,
+    });
+    let store = ctx.deployments.clone();
+    let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| deployments_of_set(&store, n.object()));
+    let c = ctx.clone();
+    let mut changed = Changed::new(machine_key_for_deployment);
+    let by_machine =
+        refs(
+            machines.subscribe(),
+            move |n: Notice<Machine>| {
+                if changed.pass(&n) { deployment_of_machine(&c, n.object()) } else { None }
+            },
+        );
+    let mut all = vec![own.boxed(), by_set.boxed(), by_machine.boxed()];
+    if let Some(nodes) = nodes {
+        let c = ctx.clone();
+        let mut changed = Changed::new(node_key_for_deployment);
+        all.push(
+            refs(nodes.subscribe(), move |n: Notice<Node>| {
+                if !changed.pass(&n) {
+                    return Vec::new();
+                }
+                let mut found: Vec<ObjectRef<MachineDeployment>> = machines_on_node(&c.base.machines, n.object())
+                    .iter()
+                    .filter_map(|m| deployment_of_machine(&c, m))
+                    .collect();
+                found.dedup();
+                found
+            })
+            .boxed(),
+        );
+    }
+    stream::select_all(all)
+}
