@@ -53,7 +53,15 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
         return Ok(Action::requeue(wait));
     }
     let now = Timestamp::now();
-    let next = run(&machine, &ctx, now).await?;
+    let next = match run(&machine, &ctx, now).await {
+        Ok(next) => next,
+        // The store was behind: an earlier pass removed the finalizer and the machine is gone.
+        Err(e) if e.is_gone(&format!("Machine {key}")) => {
+            ctx.retries.forget(&key);
+            return Ok(Action::await_change());
+        }
+        Err(e) => return Err(e),
+    };
     if matches!(next, Next::Done) {
         ctx.retries.forget(&key);
     }
