@@ -183,6 +183,9 @@ impl DevEnvironment {
         let cloud = InMemoryCloud::new();
         let mut drivers = DriverRegistry::new();
         drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
+        // The real clouds too, for classes whose secret points at a local fake (`endpoint: http://127.0.0.1:…`).
+        #[cfg(feature = "aws")]
+        drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),

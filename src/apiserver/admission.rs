@@ -57,7 +57,34 @@ fn accept_body(rt: &ResourceType, version: &str, body: Value) -> Result<Value, A
             rt.kind
         )));
     }
-    Ok(convert::to_storage(rt, body))
+    let mut obj = convert::to_storage(rt, body);
+    if !rt.custom && rt.gr.group.is_empty() && rt.gr.resource == "secrets" {
+        fold_string_data(&mut obj);
+    }
+    Ok(obj)
+}
+
+/// As Kubernetes does on every write of a Secret: `stringData` is merged into `data` (base64-encoded, its keys
+/// winning) and never stored.
+fn fold_string_data(secret: &mut Value) {
+    use base64::Engine as _;
+    let Some(map) = secret.as_object_mut() else { return };
+    let Some(Value::Object(strings)) = map.remove("stringData") else { return };
+    if strings.is_empty() {
+        return;
+    }
+    if !map.get("data").is_some_and(Value::is_object) {
+        map.insert("data".into(), json!({}));
+    }
+    if let Some(Value::Object(data)) = map.get_mut("data") {
+        for (key, value) in strings {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            data.insert(key, Value::String(base64::engine::general_purpose::STANDARD.encode(text)));
+        }
+    }
 }
 
 fn check_labels_and_annotations(rt: &ResourceType, name: &str, obj: &Value) -> Result<(), ApiError> {
@@ -461,4 +488,29 @@ pub fn prepare_update(
         obj = admit_crd(store, &name, obj, Some(current))?;
     }
     Ok(obj)
+}
+
+#[cfg(test)]
+mod string_data_tests {
+    use super::*;
+
+    #[test]
+    fn string_data_is_folded_into_data() {
+        let mut secret = json!({
+            "kind": "Secret",
+            "data": {"a": "b2xk", "keep": "eA=="},
+            "stringData": {"a": "new", "userData": "#!/bin/sh"},
+        });
+        fold_string_data(&mut secret);
+        assert_eq!(
+            secret,
+            json!({"kind": "Secret", "data": {"a": "bmV3", "keep": "eA==", "userData": "IyEvYmluL3No"}})
+        );
+        let mut only = json!({"stringData": {"k": "v"}});
+        fold_string_data(&mut only);
+        assert_eq!(only, json!({"data": {"k": "dg=="}}));
+        let mut none = json!({"data": {"k": "dg=="}});
+        fold_string_data(&mut none);
+        assert_eq!(none, json!({"data": {"k": "dg=="}}));
+    }
 }

@@ -19,11 +19,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const REGION: &str = "us-east-1";
+pub(super) const REGION: &str = "us-east-1";
 const PROFILE: &str = "mcm-nodes";
-const ACCESS_KEY_ID: &str = "AKIAMOTOTESTKEYID001";
-const SECRET_ACCESS_KEY: &str = "moto-test-secret-access-key/0123456789";
-const USER_DATA: &str = "#cloud-config\n# moto-test-user-data";
+pub(super) const ACCESS_KEY_ID: &str = "AKIAMOTOTESTKEYID001";
+pub(super) const SECRET_ACCESS_KEY: &str = "moto-test-secret-access-key/0123456789";
+pub(super) const USER_DATA: &str = "#cloud-config\n# moto-test-user-data";
 
 /// Where `moto_server` is, or a panic saying how to get it.
 fn moto_binary() -> PathBuf {
@@ -48,9 +48,9 @@ fn moto_binary() -> PathBuf {
 }
 
 /// A `moto_server` on a free port of 127.0.0.1, killed when dropped.
-struct Moto {
+pub(super) struct Moto {
     child: Child,
-    url: String,
+    pub(super) url: String,
     addr: String,
     log: PathBuf,
 }
@@ -189,16 +189,16 @@ fn fast() -> AwsSettings {
 }
 
 /// moto with an instance profile, and what a class needs from it: an AMI, a subnet and a security group.
-struct World {
-    moto: Moto,
-    ec2: Client,
+pub(super) struct World {
+    pub(super) moto: Moto,
+    pub(super) ec2: Client,
     ami: String,
     subnet: String,
     security_group: String,
 }
 
 impl World {
-    async fn start() -> World {
+    pub(super) async fn start() -> World {
         let moto = Moto::start().await;
         moto.create_instance_profile(PROFILE).await;
         let ec2 = sdk(&moto);
@@ -217,11 +217,11 @@ impl World {
         World { moto, ec2, ami, subnet, security_group }
     }
 
-    fn driver(&self) -> AwsDriver {
+    pub(super) fn driver(&self) -> AwsDriver {
         AwsDriver::with_endpoint(&self.moto.url).with_settings(fast())
     }
 
-    fn spec(&self, cluster: &str) -> Value {
+    pub(super) fn spec(&self, cluster: &str) -> Value {
         json!({
             "ami": self.ami,
             "machineType": "t3.micro",
@@ -239,7 +239,7 @@ impl World {
         })
     }
 
-    fn class(&self, name: &str, cluster: &str) -> ClassInfo {
+    pub(super) fn class(&self, name: &str, cluster: &str) -> ClassInfo {
         ClassInfo {
             name: name.into(),
             provider: PROVIDER.into(),
@@ -281,7 +281,7 @@ impl World {
     }
 
     /// Launches an instance behind the driver's back, with these tags.
-    async fn launch(&self, tags: &[(&str, &str)]) -> String {
+    pub(super) async fn launch(&self, tags: &[(&str, &str)]) -> String {
         let tags: Vec<Tag> = tags.iter().map(|(k, v)| Tag::builder().key(*k).value(*v).build()).collect();
         let mut run = self
             .ec2
@@ -301,14 +301,14 @@ impl World {
     }
 
     /// The state of an instance, as moto tells it.
-    async fn state(&self, id: &str) -> String {
+    pub(super) async fn state(&self, id: &str) -> String {
         let out = self.ec2.describe_instances().instance_ids(id).send().await.unwrap();
         let instance = &out.reservations()[0].instances()[0];
         instance.state().and_then(|s| s.name()).map(|n| n.as_str().to_string()).unwrap_or_default()
     }
 
     /// Live instances whose Name tag is `name`.
-    async fn named(&self, name: &str) -> Vec<String> {
+    pub(super) async fn named(&self, name: &str) -> Vec<String> {
         let out = self
             .ec2
             .describe_instances()

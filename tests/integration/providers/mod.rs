@@ -2,4 +2,6 @@
 
 #[cfg(feature = "aws")]
 mod aws;
+#[cfg(feature = "aws")]
+mod aws_machines;
 mod inmemory;

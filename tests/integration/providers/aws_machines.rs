@@ -1,0 +1,190 @@
+//! The AWS driver under the real controllers, as `mcm dev` runs them: a MachineClass of provider `AWS` whose secret
+//! points the driver at moto (`endpoint`), a MachineDeployment scaled up and down, instances the controllers do not
+//! own left alone, and an orphan tagged instance collected by the safety controller.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, Instance};
+use kube::Api;
+use mcm::api::mcm::Machine;
+use mcm::controllers::ControllerOptions;
+use mcm::lifecycle::safety::SafetyConfig;
+use mcm::providers::{Driver, ListMachinesRequest, SecretData};
+use serde_json::json;
+
+use super::aws::{ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, USER_DATA, World};
+use crate::machines::{Env, NS};
+use crate::support::wait_until;
+
+const CLUSTER: &str = "shoot--aws";
+const WAIT: Duration = Duration::from_secs(90);
+
+/// The sets tests' options, with the safety controller looking for orphans every second.
+fn options() -> ControllerOptions {
+    ControllerOptions {
+        safety: SafetyConfig {
+            orphan_vms_period: Duration::from_secs(1),
+            orphan_trigger_cooldown: Duration::from_millis(100),
+            ..SafetyConfig::default()
+        },
+        ..crate::sets::options()
+    }
+}
+
+/// The class `aws` (Gardener's AWS providerSpec, tagged for [`CLUSTER`]) and its secret, which names moto.
+async fn aws_class(env: &Env, world: &World) {
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "aws", "namespace": NS},
+        "type": "Opaque",
+        "stringData": {
+            "providerAccessKeyId": ACCESS_KEY_ID,
+            "providerSecretAccessKey": SECRET_ACCESS_KEY,
+            "userData": USER_DATA,
+            "endpoint": world.moto.url,
+        },
+    });
+    let class = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
+        "metadata": {"name": "aws", "namespace": NS},
+        "provider": "AWS",
+        "providerSpec": world.spec(CLUSTER),
+        "secretRef": {"name": "aws", "namespace": NS},
+    });
+    env.create("aws-secret.json", &secret.to_string()).await;
+    env.create("aws-class.json", &class.to_string()).await;
+}
+
+fn deployment(replicas: i32) -> serde_json::Value {
+    json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
+        "metadata": {"name": "pool", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"pool": "aws"}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": {"pool": "aws"}},
+                "spec": {"class": {"kind": "MachineClass", "name": "aws"}},
+            },
+        },
+    })
+}
+
+/// Instances of [`CLUSTER`] moto reports as pending or running.
+async fn live_cluster_instances(world: &World) -> Vec<Instance> {
+    let out = world
+        .ec2
+        .describe_instances()
+        .filters(Filter::builder().name("tag-key").values(format!("kubernetes.io/cluster/{CLUSTER}")).build())
+        .filters(Filter::builder().name("instance-state-name").values("pending").values("running").build())
+        .send()
+        .await
+        .unwrap();
+    out.reservations().iter().flat_map(|r| r.instances()).cloned().collect()
+}
+
+fn tag<'a>(instance: &'a Instance, key: &str) -> Option<&'a str> {
+    instance.tags().iter().find(|t| t.key() == Some(key)).and_then(|t| t.value())
+}
+
+/// The machines of the namespace with a providerID: name -> providerID.
+async fn machines_with_ids(env: &Env) -> Vec<(String, String)> {
+    let machines: Api<Machine> = Api::namespaced(env.client(), NS);
+    let list = machines.list(&Default::default()).await.unwrap();
+    list.items
+        .into_iter()
+        .filter_map(|m| {
+            let id = m.spec.provider_id.clone()?;
+            Some((m.metadata.name.clone().unwrap_or_default(), id))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
+    let world = World::start().await;
+    // Instances the controllers must never list or touch: one without tags, one of another cluster (both keys).
+    let untagged = world.launch(&[("Name", "pool-lookalike")]).await;
+    let foreign = world
+        .launch(&[("kubernetes.io/cluster/other", "1"), ("kubernetes.io/role/node", "1"), ("Name", "theirs")])
+        .await;
+
+    let env = Env::start(options()).await;
+    aws_class(&env, &world).await;
+    env.create("pool.yaml", &deployment(3).to_string()).await;
+
+    // Three machines, each backed by one instance tagged for the cluster, the role and the machine's name.
+    let machines = wait_until("3 machines with providerIDs and 3 cluster instances", WAIT, || async {
+        let machines = machines_with_ids(&env).await;
+        let instances = live_cluster_instances(&world).await;
+        (machines.len() == 3 && instances.len() == 3).then_some(machines)
+    })
+    .await;
+    let instances = live_cluster_instances(&world).await;
+    for (name, provider_id) in &machines {
+        let instance = instances
+            .iter()
+            .find(|i| tag(i, "Name") == Some(name.as_str()))
+            .unwrap_or_else(|| panic!("no instance named {name}: {instances:?}"));
+        let id = instance.instance_id().unwrap();
+        assert_eq!(provider_id, &format!("aws:///{REGION}/{id}"));
+        assert_eq!(tag(instance, &format!("kubernetes.io/cluster/{CLUSTER}")), Some("1"));
+        assert_eq!(tag(instance, "kubernetes.io/role/node"), Some("1"));
+        assert_eq!(tag(instance, "team"), Some("mcm"));
+    }
+
+    // Scale to 1: two machines go, and exactly their two instances are terminated.
+    env.kubectl.run(&["-n", NS, "scale", "mcd", "pool", "--replicas=1"]).await;
+    let kept = wait_until("1 machine and 1 cluster instance left", WAIT, || async {
+        let machines = machines_with_ids(&env).await;
+        let instances = live_cluster_instances(&world).await;
+        (machines.len() == 1 && instances.len() == 1).then_some(machines)
+    })
+    .await;
+    let gone: Vec<&(String, String)> = machines.iter().filter(|m| !kept.contains(m)).collect();
+    assert_eq!(gone.len(), 2, "the survivor is one of the first three: {kept:?} of {machines:?}");
+    for (name, provider_id) in gone {
+        let id = provider_id.rsplit('/').next().unwrap();
+        assert_eq!(world.state(id).await, "terminated", "instance of {name}");
+    }
+
+    // An instance tagged for this cluster and role that no Machine claims is an orphan: the safety controller
+    // deletes it.
+    let orphan = world
+        .launch(&[
+            (&format!("kubernetes.io/cluster/{CLUSTER}"), "1"),
+            ("kubernetes.io/role/node", "1"),
+            ("Name", "forgotten"),
+        ])
+        .await;
+    wait_until("the orphan instance to be terminated", WAIT, || async {
+        (world.state(&orphan).await == "terminated").then_some(())
+    })
+    .await;
+
+    // The foreign and untagged instances are still running, the class's listing never showed them, and the
+    // survivor's instance is untouched.
+    assert_eq!(world.state(&untagged).await, "running");
+    assert_eq!(world.state(&foreign).await, "running");
+    let survivor = kept[0].1.rsplit('/').next().unwrap().to_string();
+    assert_eq!(world.state(&survivor).await, "running");
+    let mut secret = SecretData::default();
+    for (k, v) in [
+        ("providerAccessKeyId", ACCESS_KEY_ID),
+        ("providerSecretAccessKey", SECRET_ACCESS_KEY),
+        ("userData", USER_DATA),
+        ("endpoint", world.moto.url.as_str()),
+    ] {
+        secret.0.insert(k.to_string(), v.as_bytes().to_vec());
+    }
+    let listed = world
+        .driver()
+        .list_machines(&ListMachinesRequest { class: world.class("aws", CLUSTER), secret })
+        .await
+        .unwrap();
+    let listed: BTreeSet<&String> = listed.keys().collect();
+    assert_eq!(listed, BTreeSet::from([&kept[0].1]), "only the survivor's instance is listed");
+    env.shutdown().await;
+}
