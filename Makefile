@@ -1,7 +1,14 @@
 # Build, test and generate. Every target works on a fresh clone with only the Rust toolchain installed.
 CARGO ?= cargo
 
-.PHONY: dev build test crds fmt lint bench
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+IMG ?= ghcr.io/gardener/cluster-api-provider-mcm:v$(VERSION)
+# The CRDs the infrastructure provider's components install (a test keeps config/crd/bases equal to crds/).
+PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.cluster.x-k8s.io_mcmclustertemplates \
+	infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
+	machine.sapcloud.io_machineclasses
+
+.PHONY: dev build test crds fmt lint bench release-manifests docker-build
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
@@ -12,8 +19,15 @@ build: ## Build the mcm binary (target/debug/mcm)
 test: ## Run every test: unit, integration and doc tests
 	$(CARGO) test
 
-crds: ## Regenerate crds/ from the API types (a test fails when crds/ drifts)
-	$(CARGO) run --quiet -- crds --output-dir crds
+crds: ## Regenerate crds/ from the API types, and config/crd/bases from crds/ (tests fail when either drifts)
+	$(CARGO) run --quiet --no-default-features -- crds --output-dir crds
+	for crd in $(PROVIDER_CRDS); do cp crds/$$crd.yaml config/crd/bases/; done
+
+release-manifests: ## clusterctl assets in out/: components, metadata, templates, a local repository and clusterctl.yaml
+	hack/release-manifests.sh out
+
+docker-build: ## Build the manager image $(IMG) (needs a Docker daemon)
+	docker build -t $(IMG) .
 
 fmt: ## Format the code
 	$(CARGO) fmt

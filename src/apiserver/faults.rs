@@ -145,6 +145,7 @@ pub struct Faults {
     latencies: Mutex<Vec<(Selector, Duration)>>,
     requests: Family<RequestLabels, Counter>,
     counts: Mutex<BTreeMap<(String, String), u64>>,
+    by_group: Mutex<BTreeMap<(String, String, String), u64>>,
     watches: Gauge,
     registry: Registry,
 }
@@ -161,6 +162,7 @@ impl Default for Faults {
             latencies: Mutex::new(Vec::new()),
             requests,
             counts: Mutex::new(BTreeMap::new()),
+            by_group: Mutex::new(BTreeMap::new()),
             watches,
             registry,
         }
@@ -246,7 +248,16 @@ impl Faults {
             Some(sub) => format!("{}/{sub}", request.resource),
             None => request.resource.clone(),
         };
+        *lock(&self.by_group)
+            .entry((request.verb.as_str().to_string(), request.group.clone(), resource.clone()))
+            .or_default() += 1;
         *lock(&self.counts).entry((request.verb.as_str().to_string(), resource)).or_default() += 1;
+    }
+
+    /// Every counter with its API group: `(verb, group, resource)` -> count (`resource` may be
+    /// `plural/subresource`; the core group is ""). What an RBAC audit compares with a role's rules.
+    pub fn request_counts_by_group(&self) -> BTreeMap<(String, String, String), u64> {
+        lock(&self.by_group).clone()
     }
 
     /// How many requests of `verb` on `resource` (plural, or `plural/subresource`) were served.
@@ -267,6 +278,7 @@ impl Faults {
     /// Resets the counters (the Prometheus counters keep counting, as counters must).
     pub fn reset_counts(&self) {
         lock(&self.counts).clear();
+        lock(&self.by_group).clear();
     }
 
     /// Keeps the open-watch gauge current.

@@ -8,6 +8,7 @@ mod cli;
 mod dev;
 mod drain;
 mod machines;
+mod packaging;
 mod providers;
 mod sets;
 mod support;

@@ -1,0 +1,320 @@
+//! The clusterctl packaging (`config/`, `clusterctl-metadata.yaml`, `templates/`, `hack/release-manifests.sh`)
+//! checked against the clusterctl contract with the real `kubectl kustomize`, and applied to the embedded API server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::support::{Kubectl, TempDir, start};
+
+/// Every variable the components use, and its default (`None`: required). docs/clusterctl.md lists the same.
+const COMPONENT_VARIABLES: &[(&str, Option<&str>)] = &[
+    ("AWS_B64ENCODED_ACCESS_KEY_ID", Some("")),
+    ("AWS_B64ENCODED_SECRET_ACCESS_KEY", Some("")),
+    ("AZURE_B64ENCODED_CLIENT_ID", Some("")),
+    ("AZURE_B64ENCODED_CLIENT_SECRET", Some("")),
+    ("AZURE_B64ENCODED_SUBSCRIPTION_ID", Some("")),
+    ("AZURE_B64ENCODED_TENANT_ID", Some("")),
+    ("GCP_B64ENCODED_CREDENTIALS", Some("")),
+    ("MCM_CONTROLLERS", Some("infrastructure")),
+    ("MCM_KUBE_API_BURST", Some("30")),
+    ("MCM_KUBE_API_QPS", Some("20")),
+    ("MCM_LOG_LEVEL", Some("info")),
+];
+
+/// Kinds that are not namespaced among what the components contain.
+const CLUSTER_SCOPED: &[&str] = &["Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `kubectl kustomize config/default`.
+fn kustomize_default() -> String {
+    let out = Command::new("kubectl")
+        .args(["kustomize", root().join("config/default").to_str().unwrap()])
+        .output()
+        .expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `hack/release-manifests.sh <dir>`; returns the directory.
+fn release_manifests(dir: &Path) -> PathBuf {
+    let out = Command::new(root().join("hack/release-manifests.sh")).arg(dir).output().expect("script runs");
+    assert!(
+        out.status.success(),
+        "release-manifests: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.to_path_buf()
+}
+
+fn documents(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|doc| serde::Deserialize::deserialize(doc).expect("valid YAML"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// The variables of a clusterctl manifest: `${VAR}`, `${ VAR }` and the default forms `${VAR:=d}`, `${VAR=d}`,
+/// `${VAR:-d}`, `${VAR-d}`, as drone/envsubst (clusterctl's substitution) reads them.
+fn variables(text: &str) -> BTreeMap<String, Option<String>> {
+    let mut found = BTreeMap::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let end = after.find('}').expect("closed ${");
+        let inner = after[..end].trim();
+        let (name, default) = match inner.find([':', '=', '-']) {
+            Some(i) => {
+                let op_len = if inner[i..].starts_with(":=") || inner[i..].starts_with(":-") { 2 } else { 1 };
+                (&inner[..i], Some(inner[i + op_len..].to_string()))
+            }
+            None => (inner, None),
+        };
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'),
+            "variable names are UPPERCASE_WITH_UNDERSCORES: {inner:?}"
+        );
+        found.insert(name.to_string(), default);
+        rest = &after[end + 1..];
+    }
+    found
+}
+
+/// Substitutes `${…}` as clusterctl would, with `values` over the defaults; a required variable without a value
+/// panics.
+fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').unwrap();
+        let inner = after[..end].trim();
+        let (name, default) = match inner.find([':', '=', '-']) {
+            Some(i) => {
+                let op_len = if inner[i..].starts_with(":=") || inner[i..].starts_with(":-") { 2 } else { 1 };
+                (&inner[..i], Some(&inner[i + op_len..]))
+            }
+            None => (inner, None),
+        };
+        let value = values.get(name).copied().or(default).unwrap_or_else(|| panic!("no value for ${{{name}}}"));
+        out.push_str(value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[test]
+fn the_release_manifests_are_kustomize_output_and_a_local_clusterctl_repository() {
+    let dir = TempDir::new("mcm-release");
+    let out = release_manifests(&dir.0);
+    let components = std::fs::read_to_string(out.join("infrastructure-components.yaml")).unwrap();
+    assert_eq!(
+        components,
+        kustomize_default(),
+        "out/infrastructure-components.yaml is `kubectl kustomize config/default`"
+    );
+    let version = format!("v{}", env!("CARGO_PKG_VERSION"));
+    let repo = out.join("repository/infrastructure-mcm").join(&version);
+    for file in
+        ["infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml", "cluster-template-inmemory.yaml"]
+    {
+        let released = std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let in_repo = std::fs::read_to_string(repo.join(file)).unwrap_or_else(|e| panic!("repository {file}: {e}"));
+        assert_eq!(released, in_repo, "{file}");
+    }
+    let config: Value = serde_yaml::from_str(&std::fs::read_to_string(out.join("clusterctl.yaml")).unwrap()).unwrap();
+    let provider = &config["providers"][0];
+    assert_eq!(provider["name"], "mcm");
+    assert_eq!(provider["type"], "InfrastructureProvider");
+    let url = PathBuf::from(provider["url"].as_str().unwrap());
+    assert!(url.is_absolute() && url.is_file(), "{url:?}");
+    assert_eq!(url.parent().unwrap().file_name().unwrap().to_str(), Some(version.as_str()));
+}
+
+#[test]
+fn the_components_obey_the_clusterctl_contract() {
+    let yaml = kustomize_default();
+    let docs = documents(&yaml);
+    let namespaces: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Namespace").collect();
+    assert_eq!(namespaces.len(), 1, "exactly one Namespace");
+    let ns = namespaces[0]["metadata"]["name"].as_str().unwrap();
+    assert_eq!(ns, "mcm-system");
+    for doc in &docs {
+        let kind = doc["kind"].as_str().unwrap();
+        let name = doc["metadata"]["name"].as_str().unwrap();
+        assert_eq!(
+            doc["metadata"]["labels"]["cluster.x-k8s.io/provider"], "infrastructure-mcm",
+            "{kind} {name} carries the provider label"
+        );
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(doc["metadata"].get("namespace").is_none(), "{kind} {name} is cluster-scoped");
+        } else {
+            assert_eq!(doc["metadata"]["namespace"], ns, "{kind} {name} is in the provider namespace");
+        }
+        if kind == "CustomResourceDefinition" {
+            let spec = &doc["spec"];
+            let expected = format!("{}.{}", spec["names"]["plural"].as_str().unwrap(), spec["group"].as_str().unwrap());
+            assert_eq!(name, expected, "clusterctl's CRD name check");
+            if spec["group"] == "infrastructure.cluster.x-k8s.io" {
+                let served: Vec<&str> = spec["versions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|v| v["served"] == true)
+                    .map(|v| v["name"].as_str().unwrap())
+                    .collect();
+                assert_eq!(
+                    doc["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"],
+                    served.join("_"),
+                    "{name}: contract label"
+                );
+            }
+        }
+    }
+    let crds: BTreeSet<&str> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .map(|d| d["metadata"]["name"].as_str().unwrap())
+        .collect();
+    for crd in ["mcmclusters", "mcmclustertemplates", "mcmmachines", "mcmmachinetemplates"] {
+        assert!(crds.contains(format!("{crd}.infrastructure.cluster.x-k8s.io").as_str()), "{crd} in {crds:?}");
+    }
+    let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
+    assert_eq!(deployments.len(), 1);
+    let pod = &deployments[0]["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_array().unwrap();
+    let manager = containers.iter().find(|c| c["name"] == "manager").expect("a container named manager");
+    assert!(
+        manager["image"].as_str().unwrap().ends_with(&format!(":v{}", env!("CARGO_PKG_VERSION"))),
+        "the image of this release: {}",
+        manager["image"]
+    );
+    assert_eq!(manager["args"][0], "run");
+    assert_eq!(manager["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(manager["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(manager["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(manager["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert!(manager["resources"]["requests"]["memory"].is_string());
+    let service_account = pod["serviceAccountName"].as_str().unwrap();
+    assert!(docs.iter().any(|d| d["kind"] == "ServiceAccount" && d["metadata"]["name"] == service_account));
+
+    let found = variables(&yaml);
+    let expected: BTreeMap<String, Option<String>> =
+        COMPONENT_VARIABLES.iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect();
+    assert_eq!(found, expected, "the components' variables (update docs/clusterctl.md with this list)");
+    let docs_page = std::fs::read_to_string(root().join("docs/clusterctl.md")).unwrap();
+    for (name, _) in COMPONENT_VARIABLES {
+        assert!(docs_page.contains(&format!("`{name}`")), "docs/clusterctl.md documents {name}");
+    }
+}
+
+#[test]
+fn the_metadata_is_what_clusterctl_validates() {
+    let metadata: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root().join("clusterctl-metadata.yaml")).unwrap()).unwrap();
+    assert_eq!(metadata["apiVersion"], "clusterctl.cluster.x-k8s.io/v1alpha3");
+    assert_eq!(metadata["kind"], "Metadata");
+    let series = metadata["releaseSeries"].as_array().expect("releaseSeries");
+    assert!(!series.is_empty());
+    let mut seen = BTreeSet::new();
+    for s in series {
+        let key = (s["major"].as_u64().expect("major"), s["minor"].as_u64().expect("minor"));
+        assert!(seen.insert(key), "one entry per series: {key:?}");
+        assert_eq!(s["contract"], "v1beta2");
+    }
+    let major: u64 = env!("CARGO_PKG_VERSION_MAJOR").parse().unwrap();
+    let minor: u64 = env!("CARGO_PKG_VERSION_MINOR").parse().unwrap();
+    assert!(seen.contains(&(major, minor)), "this version's series {major}.{minor} is listed");
+}
+
+#[test]
+fn the_provider_crds_are_the_generated_ones() {
+    for entry in std::fs::read_dir(root().join("config/crd/bases")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_string();
+        let generated =
+            std::fs::read_to_string(root().join("crds").join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            generated,
+            "config/crd/bases/{name} differs: run make crds"
+        );
+    }
+}
+
+#[test]
+fn every_template_variable_has_a_value_or_is_standard() {
+    let standard =
+        ["CLUSTER_NAME", "NAMESPACE", "KUBERNETES_VERSION", "CONTROL_PLANE_MACHINE_COUNT", "WORKER_MACHINE_COUNT"];
+    let docs_page = std::fs::read_to_string(root().join("docs/clusterctl.md")).unwrap();
+    for entry in std::fs::read_dir(root().join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = path.file_name().unwrap().to_str().unwrap();
+        assert!(file.starts_with("cluster-template") && file.ends_with(".yaml"), "{file}");
+        for (name, default) in variables(&text) {
+            assert!(
+                standard.contains(&name.as_str()) || docs_page.contains(&format!("`{name}`")),
+                "{file}: ${{{name}}} (default {default:?}) is documented in docs/clusterctl.md"
+            );
+        }
+        // With the required variables set, every document is an object with kind and name, in the namespace.
+        let values: BTreeMap<&str, &str> = variables(&text)
+            .keys()
+            .map(|k| (leak(k), "value"))
+            .chain([("CLUSTER_NAME", "demo"), ("NAMESPACE", "default"), ("KUBERNETES_VERSION", "v1.34.1")])
+            .collect();
+        for doc in documents(&substitute(&text, &values)) {
+            assert!(doc["kind"].is_string() && doc["metadata"]["name"].is_string(), "{file}: {doc}");
+            assert_eq!(doc["metadata"]["namespace"], "default", "{file}: templates name the target namespace");
+        }
+    }
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_components_apply_to_an_api_server() {
+    let (server, _client) = start().await;
+    let kubectl = Kubectl::new(&server);
+    let values: BTreeMap<&str, &str> =
+        [("AWS_B64ENCODED_ACCESS_KEY_ID", "QUtJQUVYQU1QTEU="), ("MCM_LOG_LEVEL", "debug")].into();
+    let components = substitute(&kustomize_default(), &values);
+    let path = kubectl.file("components.yaml", &components);
+    kubectl.run(&["apply", "-f", path.to_str().unwrap()]).await;
+    // Applying again changes nothing and fails nothing.
+    kubectl.run(&["apply", "-f", path.to_str().unwrap()]).await;
+    let deployment =
+        kubectl.run(&["-n", "mcm-system", "get", "deployment", "mcm-controller-manager", "-o", "json"]).await;
+    let deployment: Value = serde_json::from_str(&deployment).unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
+    assert!(args.iter().any(|a| a == "--log-level=debug"), "{args:?}");
+    let crds = kubectl.run(&["get", "crds", "-o", "name"]).await;
+    assert!(crds.contains("mcmmachines.infrastructure.cluster.x-k8s.io"), "{crds}");
+    let secret = kubectl
+        .run(&[
+            "-n",
+            "mcm-system",
+            "get",
+            "secret",
+            "mcm-cloud-credentials",
+            "-o",
+            "jsonpath={.data.providerAccessKeyId}",
+        ])
+        .await;
+    assert_eq!(secret.trim(), "QUtJQUVYQU1QTEU=");
+    let roles = kubectl.run(&["get", "clusterrole", "mcm-manager-role", "-o", "name"]).await;
+    assert_eq!(roles.trim(), "clusterrole.rbac.authorization.k8s.io/mcm-manager-role");
+    server.shutdown().await;
+}
