@@ -1,0 +1,1 @@
+//! `mcm run`: the controllers against a real cluster.
