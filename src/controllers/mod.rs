@@ -84,9 +84,16 @@ pub struct ProbeClients {
     pub target: Client,
 }
 
+/// The controllers [`Controllers::start`] runs, by the names `mcm run --controllers` takes: `machine` (the machine
+/// and termination controllers), `machineclass` (the MachineClass and Secret controllers), `safety` (orphan VMs
+/// and the API-server freeze), `machineset` (with the overshoot freeze), `machinedeployment`.
+pub const CONTROLLER_NAMES: [&str; 5] = ["machine", "machineclass", "safety", "machineset", "machinedeployment"];
+
 /// How the controllers run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerOptions {
+    /// Controllers of [`CONTROLLER_NAMES`] not to run (their watches still run; `mcm run --controllers=*,-foo`).
+    pub disabled: std::collections::BTreeSet<String>,
     /// Machine lifecycle settings.
     pub machine: MachineConfig,
     /// Watch only this namespace of the control cluster (`None`: all).
@@ -105,6 +112,7 @@ pub struct ControllerOptions {
 impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
+            disabled: Default::default(),
             machine: MachineConfig::default(),
             namespace: None,
             concurrent_syncs: 50,
@@ -122,6 +130,7 @@ pub struct Controllers {
     informers: Vec<JoinHandle<()>>,
     grace: Duration,
     freeze: Arc<FreezeFlag>,
+    ready: Vec<watch::Receiver<bool>>,
 }
 
 impl Controllers {
@@ -265,19 +274,39 @@ impl Controllers {
             stop: stop.subscribe(),
         });
 
-        let controllers: Vec<JoinHandle<()>> = vec![
-            tokio::spawn(machine_controller),
-            tokio::spawn(termination_controller),
-            tokio::spawn(class_controller),
-            tokio::spawn(secret_controller),
-            tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices))),
-            tokio::spawn(safety.run_freeze()),
+        let named: Vec<(&str, JoinHandle<()>)> = vec![
+            ("machine", tokio::spawn(machine_controller)),
+            ("machine", tokio::spawn(termination_controller)),
+            ("machineclass", tokio::spawn(class_controller)),
+            ("machineclass", tokio::spawn(secret_controller)),
+            ("safety", tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices)))),
+            ("safety", tokio::spawn(safety.run_freeze())),
         ]
         .into_iter()
-        .chain(started.controllers)
+        .chain(["machineset", "machinedeployment", "machineset"].into_iter().zip(started.controllers))
         .collect();
+        // A disabled controller is cancelled before its first reconcile (its triggers' subscriptions then close).
+        let controllers: Vec<JoinHandle<()>> = named
+            .into_iter()
+            .filter_map(|(name, handle)| {
+                if options.disabled.contains(name) {
+                    handle.abort();
+                    None
+                } else {
+                    Some(handle)
+                }
+            })
+            .collect();
+        let ready = ctx.ready.clone();
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
-        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze }
+        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze, ready }
+    }
+
+    /// Resolves once the machine side's caches (Machines, classes, Secrets, Nodes) have their first lists.
+    pub async fn wait_ready(&self) {
+        for ready in &self.ready {
+            let _ = ready.clone().wait_for(|r| *r).await;
+        }
     }
 
     /// Whether machine reconciles are frozen because an API server did not answer for the status-check timeout.

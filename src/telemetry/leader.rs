@@ -74,6 +74,10 @@ fn held_by_other(lease: &Lease, identity: &str, now: jiff::Timestamp) -> bool {
     }
 }
 
+fn stopped(stop: &watch::Receiver<bool>) -> bool {
+    *stop.borrow()
+}
+
 async fn build(client: &Client, config: &LeaderConfig) -> Result<LeaseManager, kube_lease_manager::LeaseManagerError> {
     let (duration, grace) = config.seconds();
     LeaseManagerBuilder::new(client.clone(), &config.lease_name)
@@ -106,7 +110,7 @@ pub async fn run(
         });
     };
     loop {
-        if *stop.borrow() {
+        if stopped(&stop) {
             return;
         }
         let manager = match build(&client, &config).await {
@@ -115,7 +119,7 @@ pub async fn run(
                 tracing::warn!(error = %e, lease = %config.lease_name, "could not join the leader election; retrying");
                 set(Leadership::Unknown);
                 tokio::select! {
-                    _ = stop.wait_for(|s| *s) => return,
+                    _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
                     _ = tokio::time::sleep(config.retry_period) => continue,
                 }
             }
@@ -130,7 +134,7 @@ pub async fn run(
             let mut stop_here = stop.clone();
             tokio::select! {
                 biased;
-                _ = stop_here.wait_for(|s| *s) => {
+                _ = async { let _ = stop_here.wait_for(|s| *s).await; } => {
                     set(Leadership::Unknown);
                     if let Err(e) = manager.release().await {
                         tracing::warn!(error = %e, "could not release the leader lease");
@@ -153,7 +157,7 @@ pub async fn run(
             }
         }
         tokio::select! {
-            _ = stop.wait_for(|s| *s) => return,
+            _ = async { let _ = stop.wait_for(|s| *s).await; } => return,
             _ = tokio::time::sleep(config.retry_period) => {}
         }
     }

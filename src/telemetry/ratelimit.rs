@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 /// Queries per second and burst, as client-go takes them.
@@ -40,42 +41,53 @@ impl RateLimitLayer {
 impl<S> tower::Layer<S> for RateLimitLayer {
     type Service = RateLimited<S>;
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimited { inner, limiter: self.limiter.clone() }
+        RateLimited { inner, limiter: self.limiter.clone(), waiting: None, permitted: false }
     }
 }
 
-/// A service whose calls wait for a token.
-#[derive(Clone, Debug)]
+/// A service that is ready only once a token is taken (kube's client drives it through a buffer, so requests wait
+/// in line for tokens).
 pub struct RateLimited<S> {
     inner: S,
     limiter: Option<Arc<DefaultDirectRateLimiter>>,
+    waiting: Option<BoxFuture<'static, ()>>,
+    permitted: bool,
+}
+
+impl<S> std::fmt::Debug for RateLimited<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimited").field("permitted", &self.permitted).finish_non_exhaustive()
+    }
 }
 
 impl<S, R> tower::Service<R> for RateLimited<S>
 where
-    S: tower::Service<R> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    R: Send + 'static,
+    S: tower::Service<R>,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = BoxFuture<'static, Result<S::Response, S::Error>>;
+    type Future = S::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.permitted {
+            if let Some(limiter) = &self.limiter {
+                let waiting = self.waiting.get_or_insert_with(|| {
+                    let limiter = limiter.clone();
+                    Box::pin(async move { limiter.until_ready().await })
+                });
+                if waiting.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                self.waiting = None;
+            }
+            self.permitted = true;
+        }
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        // The readied service goes into the future; a fresh clone stays for the next poll_ready.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let limiter = self.limiter.clone();
-        Box::pin(async move {
-            if let Some(limiter) = limiter {
-                limiter.until_ready().await;
-            }
-            inner.call(request).await
-        })
+        self.permitted = false;
+        self.inner.call(request)
     }
 }
 

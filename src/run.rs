@@ -1,1 +1,0 @@
-//! `mcm run`: the controllers against a real cluster.
