@@ -9,5 +9,6 @@ mod dev;
 mod drain;
 mod machines;
 mod providers;
+mod run;
 mod sets;
 mod support;
