@@ -22,6 +22,7 @@ mod error;
 mod informer;
 mod machine;
 mod machine_class;
+mod metrics;
 mod safety;
 mod sets;
 mod termination;
@@ -46,6 +47,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
+pub use metrics::ReconcileMetrics;
 pub use safety::FROZEN_METRIC;
 pub use sets::SetOptions;
 
@@ -92,6 +94,8 @@ pub const CONTROLLER_NAMES: [&str; 5] = ["machine", "machineclass", "safety", "m
 /// How the controllers run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerOptions {
+    /// Where reconcile durations and errors are counted (`mcm run` registers it with its `/metrics`).
+    pub metrics: ReconcileMetrics,
     /// Controllers of [`CONTROLLER_NAMES`] not to run (their watches still run; `mcm run --controllers=*,-foo`).
     pub disabled: std::collections::BTreeSet<String>,
     /// Machine lifecycle settings.
@@ -113,6 +117,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
             disabled: Default::default(),
+            metrics: ReconcileMetrics::default(),
             machine: MachineConfig::default(),
             namespace: None,
             concurrent_syncs: 50,
@@ -214,7 +219,11 @@ impl Controllers {
                 .reconcile_on(UnboundedReceiverStream::new(requeued))
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(machine::reconcile, machine::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machine", machine::reconcile),
+                    machine::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // Termination controller: machines being deleted, its own queue and concurrency.
@@ -229,7 +238,11 @@ impl Controllers {
                 .reconcile_on(deleting)
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(termination::reconcile, termination::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
+                    termination::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // MachineClass controller: classes, and machines starting or ceasing to use one.
@@ -239,7 +252,11 @@ impl Controllers {
                 .reconcile_on(class_triggers)
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(machine_class::reconcile, machine_class::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
+                    machine_class::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // Secret controller: secrets, and the secrets classes reference (before and after a change).
@@ -249,7 +266,11 @@ impl Controllers {
                 .reconcile_on(secret_triggers)
                 .with_config(config)
                 .graceful_shutdown_on(shutdown())
-                .run(machine_class::reconcile_secret, machine_class::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
+                    machine_class::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());

@@ -148,6 +148,7 @@ pub async fn run(
 ) -> Result<(), RunError> {
     let clusters = clusters(&options).await?;
     let metrics = Metrics::new();
+    metrics.register_with(|registry| options.controllers.metrics.register(registry));
     let health = Health::default();
     let (metrics_at, health_at, servers) =
         telemetry::serve(options.metrics_addr, options.health_addr, metrics.clone(), health.clone()).await?;

@@ -147,6 +147,13 @@ impl Metrics {
         }
     }
 
+    /// Lets `register` add families to the registry (e.g. the controllers' reconcile metrics).
+    pub fn register_with(&self, register: impl FnOnce(&mut Registry)) {
+        if let Ok(mut registry) = self.registry.lock() {
+            register(&mut registry);
+        }
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn encode(&self) -> String {
         let mut out = String::new();

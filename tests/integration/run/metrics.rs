@@ -62,6 +62,10 @@ async fn metrics_follow_a_scale_up_and_match_the_clouds_counters() {
         3.0
     );
     assert_eq!(m.sum("mcm_machine_create_duration_seconds_count", &[]), 3.0);
+    for controller in ["machine", "machineset", "machinedeployment"] {
+        let series = format!("mcm_controller_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
+        assert!(m.get(&series) > 0.0, "{series}: {m:?}");
+    }
     env.env.shutdown().await;
 }
 
