@@ -103,6 +103,9 @@ pub enum DevError {
         /// The cause.
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// The in-memory cloud could not be served on loopback.
+    #[error("could not serve the in-memory cloud: {0}")]
+    CloudServer(std::io::Error),
     /// Installing the CRDs failed.
     #[error("could not install the CRD {name}: {source}")]
     InstallCrd {
@@ -163,6 +166,10 @@ pub struct DevEnvironment {
     pub controller_options: ControllerOptions,
     /// What was applied from the sample.
     pub sample: Vec<String>,
+    /// The URL the in-memory cloud is served on for `mcm run --inmemory-cloud-url` (absent with
+    /// `--apiserver-only`); also written to `inmemory-cloud-url` next to the kubeconfig.
+    pub cloud_url: Option<String>,
+    cloud_server: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl DevEnvironment {
@@ -196,6 +203,8 @@ impl DevEnvironment {
             controllers: None,
             controller_options: options.controllers.clone(),
             sample: Vec::new(),
+            cloud_url: None,
+            cloud_server: None,
         };
         if options.apiserver_only {
             return Ok(environment);
@@ -206,6 +215,16 @@ impl DevEnvironment {
         ));
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
+        let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+        let (cloud_addr, cloud_server) = crate::providers::inmemory::remote::serve(environment.cloud.clone(), loopback)
+            .await
+            .map_err(DevError::CloudServer)?;
+        let url = format!("http://{cloud_addr}");
+        let url_file = options.kubeconfig_out.with_file_name("inmemory-cloud-url");
+        std::fs::write(&url_file, format!("{url}\n")).map_err(DevError::CloudServer)?;
+        progress(&format!("serving the in-memory cloud on {url} for mcm run --inmemory-cloud-url"));
+        environment.cloud_url = Some(url);
+        environment.cloud_server = Some(cloud_server);
         environment.start_controllers();
         progress(
             "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
@@ -252,6 +271,9 @@ impl DevEnvironment {
         self.stop_controllers().await;
         if let Some(kubelet) = self.kubelet {
             kubelet.stop().await;
+        }
+        if let Some(server) = self.cloud_server {
+            server.abort();
         }
         self.server.shutdown().await;
     }

@@ -12,3 +12,5 @@ pub mod dev;
 pub mod drain;
 pub mod lifecycle;
 pub mod providers;
+pub mod run;
+pub mod telemetry;

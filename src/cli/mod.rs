@@ -11,8 +11,10 @@ use clap::{Parser, Subcommand};
 use crate::api;
 
 mod flags;
+mod run_args;
 
 pub use flags::{MachineControllerFlags, MachineControllerManagerFlags};
+pub use run_args::{RunArgs, RunArgsError};
 
 /// Version information compiled into the binary.
 pub mod version {
@@ -24,7 +26,8 @@ pub mod version {
 
 /// Gardener's Machine Controller Manager semantics as a Cluster API infrastructure provider.
 #[derive(Debug, Parser)]
-#[command(name = "mcm", version = version::VERSION, about, long_about = None)]
+// A flag given twice takes its last value: `mcm run --config FILE` puts the file's settings first.
+#[command(name = "mcm", version = version::VERSION, about, long_about = None, args_override_self = true)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,6 +35,8 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controllers against a cluster: leader election, /metrics, /healthz, /readyz (docs/operations.md).
+    Run(Box<RunArgs>),
     /// Run a local control plane: the embedded API server with our CRDs, writing a kubeconfig for kubectl.
     Dev(Box<DevArgs>),
     /// Measure speed and memory (see docs/benchmarks.md).
@@ -117,6 +122,18 @@ pub enum CliError {
     /// `mcm dev` failed.
     #[error(transparent)]
     Dev(#[from] crate::dev::DevError),
+    /// `mcm run` failed.
+    #[error(transparent)]
+    Run(#[from] crate::run::RunError),
+    /// A flag of `mcm run` has a value it cannot use.
+    #[error(transparent)]
+    RunArgs(#[from] RunArgsError),
+    /// The `--config` file cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::run::config::ConfigError),
+    /// `--log-level` is not a filter.
+    #[error(transparent)]
+    LogLevel(#[from] crate::telemetry::logging::LogLevelError),
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -132,7 +149,14 @@ pub enum CliError {
 
 /// Parses the arguments and runs the command; returns the process exit code.
 pub fn run() -> ExitCode {
-    let cli = Cli::parse();
+    let args = match crate::run::config::expand(std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(err) => {
+            eprintln!("mcm: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
@@ -145,6 +169,14 @@ pub fn run() -> ExitCode {
 fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Crds(args) => crds(args),
+        Command::Run(args) => {
+            crate::telemetry::logging::init(args.log_format, &args.log_level)?;
+            let options = args.options()?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            runtime.block_on(crate::run::run(options, ctrl_c(), |line| println!("mcm run: {line}")))?;
+            Ok(())
+        }
         Command::Bench(BenchCommand::Apiserver { objects, watchers, parallel }) => {
             init_logging();
             let runtime =

@@ -22,6 +22,7 @@ mod error;
 mod informer;
 mod machine;
 mod machine_class;
+mod metrics;
 mod safety;
 mod sets;
 mod termination;
@@ -46,6 +47,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
+pub use metrics::ReconcileMetrics;
 pub use safety::FROZEN_METRIC;
 pub use sets::SetOptions;
 
@@ -84,9 +86,18 @@ pub struct ProbeClients {
     pub target: Client,
 }
 
+/// The controllers [`Controllers::start`] runs, by the names `mcm run --controllers` takes: `machine` (the machine
+/// and termination controllers), `machineclass` (the MachineClass and Secret controllers), `safety` (orphan VMs
+/// and the API-server freeze), `machineset` (with the overshoot freeze), `machinedeployment`.
+pub const CONTROLLER_NAMES: [&str; 5] = ["machine", "machineclass", "safety", "machineset", "machinedeployment"];
+
 /// How the controllers run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControllerOptions {
+    /// Where reconcile durations and errors are counted (`mcm run` registers it with its `/metrics`).
+    pub metrics: ReconcileMetrics,
+    /// Controllers of [`CONTROLLER_NAMES`] not to run (their watches still run; `mcm run --controllers=*,-foo`).
+    pub disabled: std::collections::BTreeSet<String>,
     /// Machine lifecycle settings.
     pub machine: MachineConfig,
     /// Watch only this namespace of the control cluster (`None`: all).
@@ -105,6 +116,8 @@ pub struct ControllerOptions {
 impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
+            disabled: Default::default(),
+            metrics: ReconcileMetrics::default(),
             machine: MachineConfig::default(),
             namespace: None,
             concurrent_syncs: 50,
@@ -122,6 +135,7 @@ pub struct Controllers {
     informers: Vec<JoinHandle<()>>,
     grace: Duration,
     freeze: Arc<FreezeFlag>,
+    ready: Vec<watch::Receiver<bool>>,
 }
 
 impl Controllers {
@@ -205,7 +219,11 @@ impl Controllers {
                 .reconcile_on(UnboundedReceiverStream::new(requeued))
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(machine::reconcile, machine::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machine", machine::reconcile),
+                    machine::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // Termination controller: machines being deleted, its own queue and concurrency.
@@ -220,7 +238,11 @@ impl Controllers {
                 .reconcile_on(deleting)
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(termination::reconcile, termination::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
+                    termination::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // MachineClass controller: classes, and machines starting or ceasing to use one.
@@ -230,7 +252,11 @@ impl Controllers {
                 .reconcile_on(class_triggers)
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
-                .run(machine_class::reconcile, machine_class::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
+                    machine_class::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         // Secret controller: secrets, and the secrets classes reference (before and after a change).
@@ -240,7 +266,11 @@ impl Controllers {
                 .reconcile_on(secret_triggers)
                 .with_config(config)
                 .graceful_shutdown_on(shutdown())
-                .run(machine_class::reconcile_secret, machine_class::error_policy, ctx.clone())
+                .run(
+                    metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
+                    machine_class::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
@@ -265,19 +295,39 @@ impl Controllers {
             stop: stop.subscribe(),
         });
 
-        let controllers: Vec<JoinHandle<()>> = vec![
-            tokio::spawn(machine_controller),
-            tokio::spawn(termination_controller),
-            tokio::spawn(class_controller),
-            tokio::spawn(secret_controller),
-            tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices))),
-            tokio::spawn(safety.run_freeze()),
+        let named: Vec<(&str, JoinHandle<()>)> = vec![
+            ("machine", tokio::spawn(machine_controller)),
+            ("machine", tokio::spawn(termination_controller)),
+            ("machineclass", tokio::spawn(class_controller)),
+            ("machineclass", tokio::spawn(secret_controller)),
+            ("safety", tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices)))),
+            ("safety", tokio::spawn(safety.run_freeze())),
         ]
         .into_iter()
-        .chain(started.controllers)
+        .chain(["machineset", "machinedeployment", "machineset"].into_iter().zip(started.controllers))
         .collect();
+        // A disabled controller is cancelled before its first reconcile (its triggers' subscriptions then close).
+        let controllers: Vec<JoinHandle<()>> = named
+            .into_iter()
+            .filter_map(|(name, handle)| {
+                if options.disabled.contains(name) {
+                    handle.abort();
+                    None
+                } else {
+                    Some(handle)
+                }
+            })
+            .collect();
+        let ready = ctx.ready.clone();
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
-        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze }
+        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze, ready }
+    }
+
+    /// Resolves once the machine side's caches (Machines, classes, Secrets, Nodes) have their first lists.
+    pub async fn wait_ready(&self) {
+        for ready in &self.ready {
+            let _ = ready.clone().wait_for(|r| *r).await;
+        }
     }
 
     /// Whether machine reconciles are frozen because an API server did not answer for the status-check timeout.

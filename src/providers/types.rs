@@ -33,7 +33,7 @@ impl fmt::Debug for SecretData {
 }
 
 /// The machine a request is about.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MachineInfo {
     /// The Machine's name (VMs are tagged with it).
     pub name: String,
@@ -48,7 +48,7 @@ pub struct MachineInfo {
 }
 
 /// The class a request uses (an MCM MachineClass, or an MCMMachine's inline class).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ClassInfo {
     /// The class name (for messages).
     pub name: String,
@@ -61,20 +61,22 @@ pub struct ClassInfo {
 }
 
 /// A request about one machine.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MachineRequest {
     /// The machine.
     pub machine: MachineInfo,
     /// Its class.
     pub class: ClassInfo,
     /// Merged secret data, `userData` templated.
+    /// Never serialized: secrets stay in the process (the remote in-memory cloud needs none).
+    #[serde(skip)]
     pub secret: SecretData,
     /// Opaque state from the previous call (`status.lastKnownState`).
     pub last_known_state: Option<String>,
 }
 
 /// The VM a create made (or found).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CreateMachineResponse {
     /// The VM's provider ID, exactly as its Node will carry it.
     pub provider_id: String,
@@ -87,7 +89,7 @@ pub struct CreateMachineResponse {
 }
 
 /// The VM an initialization finished.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InitializeMachineResponse {
     /// The VM's provider ID.
     pub provider_id: String,
@@ -98,14 +100,14 @@ pub struct InitializeMachineResponse {
 }
 
 /// What a delete leaves.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DeleteMachineResponse {
     /// Opaque state for the next call.
     pub last_known_state: Option<String>,
 }
 
 /// The VM's current state.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct MachineStatusResponse {
     /// The VM's provider ID.
     pub provider_id: String,
@@ -116,16 +118,18 @@ pub struct MachineStatusResponse {
 }
 
 /// A request to list a class's VMs.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ListMachinesRequest {
     /// The class (its cluster and role tags select the VMs).
     pub class: ClassInfo,
     /// Merged secret data.
+    /// Never serialized: secrets stay in the process (the remote in-memory cloud needs none).
+    #[serde(skip)]
     pub secret: SecretData,
 }
 
 /// A request to map persistent volumes to cloud volume IDs.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GetVolumeIdsRequest {
     /// The volumes' specs.
     pub pv_specs: Vec<PersistentVolumeSpec>,

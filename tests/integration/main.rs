@@ -10,5 +10,6 @@ mod drain;
 mod machines;
 mod packaging;
 mod providers;
+mod run;
 mod sets;
 mod support;

@@ -174,7 +174,11 @@ pub(crate) fn start(
         .reconcile_on(set_triggers)
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown())
-        .run(machine_set::reconcile, machine_set::error_policy, ctx.clone())
+        .run(
+            super::metrics::timed(&options.metrics, "machineset", machine_set::reconcile),
+            machine_set::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
     let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, machines, nodes, &ctx);
@@ -183,7 +187,11 @@ pub(crate) fn start(
             .reconcile_on(deployment_triggers)
             .with_config(config)
             .graceful_shutdown_on(shutdown())
-            .run(machine_deployment::reconcile, machine_deployment::error_policy, ctx.clone())
+            .run(
+                super::metrics::timed(&options.metrics, "machinedeployment", machine_deployment::reconcile),
+                machine_deployment::error_policy,
+                ctx.clone(),
+            )
             .for_each(|_| futures::future::ready(()));
 
     let sweep = overshoot::run(ctx.clone(), machines.subscribe(), shutdown());

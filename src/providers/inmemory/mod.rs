@@ -15,6 +15,7 @@ mod driver;
 mod kubelet;
 pub mod node;
 pub mod plan;
+pub mod remote;
 mod spec;
 
 use serde_json::json;

@@ -1,0 +1,233 @@
+//! The flags of `mcm run` (ARCHITECTURE.md §9; MCM's names where MCM has them, mcm-behaviour.md §4). The
+//! controller flags are the ones `mcm dev` shares ([`MachineControllerFlags`], [`MachineControllerManagerFlags`]).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use super::{MachineControllerFlags, MachineControllerManagerFlags};
+use crate::api::Duration;
+use crate::run::{RunOptions, Target, selection};
+use crate::telemetry::RateLimit;
+use crate::telemetry::leader::{LeaderConfig, default_identity};
+use crate::telemetry::logging::LogFormat;
+
+/// `mcm run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// A YAML file whose keys are these flags' names (`kube-api-qps: 50`); flags given here override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The control cluster (Machines, classes, Secrets, Leases); default: in-cluster, else $KUBECONFIG, else
+    /// ~/.kube/config.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The target cluster (Nodes): a kubeconfig, or `none` to run without one; default: the control cluster.
+    #[arg(long, value_name = "PATH|none")]
+    pub target_kubeconfig: Option<String>,
+    /// Watch only this namespace of the control cluster (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Controllers to run: `*` for all, `foo` to enable, `-foo` to disable (machine, machineclass, safety,
+    /// machineset, machinedeployment).
+    #[arg(long, value_name = "LIST", default_value = "*")]
+    pub controllers: String,
+    /// Elect a leader on a Lease so that only one of several replicas reconciles.
+    #[arg(long, value_name = "BOOL", default_value_t = true, num_args = 0..=1, default_missing_value = "true",
+          action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// How long a leader's lease lasts without renewal; a standby takes over at most this long after the leader
+    /// dies.
+    #[arg(long, value_name = "DURATION", default_value = "15s")]
+    pub leader_elect_lease_duration: Duration,
+    /// The leader renews its lease when this much of the lease duration has passed since the last renewal
+    /// (whole seconds).
+    #[arg(long, value_name = "DURATION", default_value = "10s")]
+    pub leader_elect_renew_deadline: Duration,
+    /// How long to wait before trying again after a failed election step.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub leader_elect_retry_period: Duration,
+    /// The Lease's name.
+    #[arg(long, value_name = "NAME", default_value = "machine-controller-manager")]
+    pub leader_elect_resource_name: String,
+    /// The Lease's namespace (default: --namespace, else $POD_NAMESPACE, else `default`).
+    #[arg(long, value_name = "NS")]
+    pub leader_elect_resource_namespace: Option<String>,
+    /// Where `/metrics` is served (`0` turns it off).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10258")]
+    pub metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` are served (`0` turns them off; the same address as the metrics shares
+    /// one listener).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10258")]
+    pub health_probe_bind_address: String,
+    /// Requests per second each cluster's client may send on average (0 turns the limit off).
+    #[arg(long, value_name = "QPS", default_value_t = 20.0)]
+    pub kube_api_qps: f64,
+    /// Requests each cluster's client may send at once after a quiet spell.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub kube_api_burst: u32,
+    /// Log lines as `text` or `json`.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    /// What to log: a level (`info`) or a tracing filter (`info,mcm::controllers=debug`); RUST_LOG wins.
+    #[arg(long, value_name = "FILTER", default_value = "info")]
+    pub log_level: String,
+    /// Use the in-memory cloud that `mcm dev` serves at this URL for `InMemory` machine classes.
+    #[arg(long, value_name = "URL")]
+    pub inmemory_cloud_url: Option<String>,
+    #[command(flatten)]
+    controller_flags: MachineControllerFlags,
+    #[command(flatten)]
+    manager_flags: MachineControllerManagerFlags,
+}
+
+/// A flag value `mcm run` cannot use.
+#[derive(Debug, thiserror::Error)]
+pub enum RunArgsError {
+    /// `--controllers`.
+    #[error(transparent)]
+    Controllers(#[from] selection::SelectionError),
+    /// A bind address.
+    #[error("{flag}: {value:?} is not an address (HOST:PORT, or 0 to turn it off)")]
+    Address {
+        /// The flag.
+        flag: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// The leader election timings.
+    #[error("--leader-elect-renew-deadline ({renew}) must be shorter than --leader-elect-lease-duration ({lease})")]
+    Lease {
+        /// The renew deadline.
+        renew: String,
+        /// The lease duration.
+        lease: String,
+    },
+}
+
+fn address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, RunArgsError> {
+    if value == "0" || value.is_empty() {
+        return Ok(None);
+    }
+    // Go style `:8080` means every interface.
+    let full = if value.starts_with(':') { format!("0.0.0.0{value}") } else { value.to_string() };
+    full.parse().map(Some).map_err(|_| RunArgsError::Address { flag, value: value.to_string() })
+}
+
+impl RunArgs {
+    /// What these flags ask for.
+    pub fn options(&self) -> Result<RunOptions, RunArgsError> {
+        let mut controllers = self.controller_flags.options();
+        self.manager_flags.apply(&mut controllers);
+        controllers.namespace = self.namespace.clone().filter(|n| !n.is_empty());
+        controllers.disabled = selection::disabled(&self.controllers, selection::KNOWN)?;
+        let target = match self.target_kubeconfig.as_deref() {
+            None | Some("") => Target::Control,
+            Some("none") => Target::None,
+            Some(path) => Target::Kubeconfig(PathBuf::from(path)),
+        };
+        let leader = if self.leader_elect {
+            if self.leader_elect_renew_deadline.0 >= self.leader_elect_lease_duration.0 {
+                return Err(RunArgsError::Lease {
+                    renew: format!("{:?}", self.leader_elect_renew_deadline.0),
+                    lease: format!("{:?}", self.leader_elect_lease_duration.0),
+                });
+            }
+            let namespace = self
+                .leader_elect_resource_namespace
+                .clone()
+                .or_else(|| controllers.namespace.clone())
+                .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(|| "default".to_string());
+            Some(LeaderConfig {
+                lease_name: self.leader_elect_resource_name.clone(),
+                namespace,
+                identity: default_identity(),
+                lease_duration: self.leader_elect_lease_duration.0,
+                renew_deadline: self.leader_elect_renew_deadline.0,
+                retry_period: self.leader_elect_retry_period.0,
+            })
+        } else {
+            None
+        };
+        Ok(RunOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            target,
+            rate_limit: RateLimit { qps: self.kube_api_qps, burst: self.kube_api_burst },
+            leader,
+            metrics_addr: address("--metrics-bind-address", &self.metrics_bind_address)?,
+            health_addr: address("--health-probe-bind-address", &self.health_probe_bind_address)?,
+            inmemory_cloud_url: self.inmemory_cloud_url.clone(),
+            controllers,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    #[command(args_override_self = true)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn options(args: &[&str]) -> Result<RunOptions, RunArgsError> {
+        Cli::try_parse_from(std::iter::once("mcm").chain(args.iter().copied())).unwrap().run.options()
+    }
+
+    #[test]
+    fn defaults() {
+        let o = options(&[]).unwrap();
+        assert_eq!(o.target, Target::Control);
+        assert_eq!(o.rate_limit, RateLimit { qps: 20.0, burst: 30 });
+        assert_eq!(o.metrics_addr, Some("0.0.0.0:10258".parse().unwrap()));
+        assert_eq!(o.health_addr, o.metrics_addr);
+        let leader = o.leader.unwrap();
+        assert_eq!((leader.lease_name.as_str(), leader.seconds()), ("machine-controller-manager", (15, 5)));
+        assert!(o.controllers.disabled.is_empty());
+        assert_eq!(o.controllers.namespace, None);
+    }
+
+    #[test]
+    fn flags_set_options() {
+        let o = options(&[
+            "--target-kubeconfig=none",
+            "--namespace=shoot",
+            "--controllers=*,-safety",
+            "--leader-elect=false",
+            "--metrics-bind-address=:8080",
+            "--health-probe-bind-address=0",
+            "--kube-api-qps=5",
+            "--kube-api-qps=50",
+            "--machine-creation-timeout=1m",
+            "--safety-up=4",
+        ])
+        .unwrap();
+        assert_eq!(o.target, Target::None);
+        assert_eq!(o.controllers.namespace.as_deref(), Some("shoot"));
+        assert!(o.controllers.disabled.contains("safety"));
+        assert!(o.leader.is_none());
+        assert_eq!(o.metrics_addr, Some("0.0.0.0:8080".parse().unwrap()));
+        assert_eq!(o.health_addr, None);
+        assert_eq!(o.rate_limit.qps, 50.0, "the last occurrence wins (config file flags come first)");
+        assert_eq!(o.controllers.machine.creation_timeout, std::time::Duration::from_secs(60));
+        assert_eq!(o.controllers.sets.freeze.safety_up, 4);
+        assert_eq!(options(&["--namespace=x"]).unwrap().leader.unwrap().namespace, "x");
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(matches!(options(&["--controllers=*,-nope"]), Err(RunArgsError::Controllers(_))));
+        assert!(matches!(options(&["--metrics-bind-address=here"]), Err(RunArgsError::Address { .. })));
+        assert!(matches!(
+            options(&["--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=5s"]),
+            Err(RunArgsError::Lease { .. })
+        ));
+        assert!(Cli::try_parse_from(["mcm", "--log-format=xml"]).is_err());
+    }
+}

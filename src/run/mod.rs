@@ -1,0 +1,246 @@
+//! `mcm run`: the controllers against a real cluster — clients from a kubeconfig or the pod's service account
+//! (rate-limited), leader election on a Lease, `/metrics`, `/healthz` and `/readyz`, and a graceful stop.
+//!
+//! The leader runs [`Controllers`]; a standby watches only what its metrics need. Losing the lease stops the
+//! controllers (letting running reconciles finish up to the shutdown grace); SIGTERM stops them, then releases the
+//! lease, so the next leader never overlaps with this one.
+
+pub mod config;
+pub mod selection;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::watch;
+
+use crate::controllers::{Clusters, ControllerOptions, Controllers, ProbeClients};
+use crate::providers::DriverRegistry;
+use crate::telemetry::leader::{self, LeaderConfig, Leadership};
+use crate::telemetry::{self, Health, Metrics, RateLimit, RateLimitLayer};
+
+/// Which target cluster Nodes live in.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// The control cluster.
+    Control,
+    /// No target cluster (`--target-kubeconfig none`).
+    None,
+    /// The cluster of this kubeconfig.
+    Kubeconfig(PathBuf),
+}
+
+/// What `mcm run` does.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// The control cluster's kubeconfig; `None` infers it (in-cluster, then `KUBECONFIG`, then `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// The target cluster.
+    pub target: Target,
+    /// Client-side rate limit of each cluster's client.
+    pub rate_limit: RateLimit,
+    /// Leader election, or `None` to lead at once.
+    pub leader: Option<LeaderConfig>,
+    /// Where `/metrics` is served (`None`: nowhere).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Where `/healthz` and `/readyz` are served (`None`: nowhere).
+    pub health_addr: Option<SocketAddr>,
+    /// The served in-memory cloud to use for `InMemory` classes (see `mcm dev`), if any.
+    pub inmemory_cloud_url: Option<String>,
+    /// The controllers' settings (namespace and disabled controllers included).
+    pub controllers: ControllerOptions,
+}
+
+/// Why `mcm run` could not start or went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No usable kubeconfig or in-cluster configuration.
+    #[error("could not load the {which} cluster's configuration: {reason}")]
+    Config {
+        /// `control` or `target`.
+        which: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// A client could not be built.
+    #[error("could not build a client for the {which} cluster: {source}")]
+    Client {
+        /// `control` or `target`.
+        which: &'static str,
+        /// The cause.
+        source: kube::Error,
+    },
+    /// The endpoints could not be served.
+    #[error(transparent)]
+    Serve(#[from] telemetry::ServeError),
+}
+
+async fn load_config(which: &'static str, path: Option<&PathBuf>) -> Result<kube::Config, RunError> {
+    let fail = |reason: String| RunError::Config { which, reason };
+    match path {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| fail(format!("{}: {e}", path.display())))
+        }
+        None => kube::Config::infer().await.map_err(|e| fail(e.to_string())),
+    }
+}
+
+fn client(which: &'static str, config: kube::Config, layer: &RateLimitLayer) -> Result<Client, RunError> {
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(|source| RunError::Client { which, source })?;
+    Ok(builder.with_layer(layer).build())
+}
+
+/// The clients of one cluster: with kube-rs's retries, and without them (drains, probes).
+struct ClusterClients {
+    client: Client,
+    no_retry: Client,
+}
+
+fn clients(which: &'static str, config: kube::Config, limit: RateLimit) -> Result<ClusterClients, RunError> {
+    // One bucket per cluster, shared by its clients, as client-go's flags are per cluster.
+    let layer = RateLimitLayer::new(limit);
+    let mut no_retry = config.clone();
+    no_retry.default_retry = false;
+    Ok(ClusterClients { client: client(which, config, &layer)?, no_retry: client(which, no_retry, &layer)? })
+}
+
+/// Builds the clusters' clients as `options` say.
+async fn clusters(options: &RunOptions) -> Result<Clusters, RunError> {
+    let control_config = load_config("control", options.kubeconfig.as_ref()).await?;
+    let control = clients("control", control_config, options.rate_limit)?;
+    let target = match &options.target {
+        Target::None => None,
+        Target::Control => Some(ClusterClients { client: control.client.clone(), no_retry: control.no_retry.clone() }),
+        Target::Kubeconfig(path) => {
+            Some(clients("target", load_config("target", Some(path)).await?, options.rate_limit)?)
+        }
+    };
+    Ok(Clusters {
+        control: control.client.clone(),
+        target: target.as_ref().map(|t| t.client.clone()),
+        drain: target.as_ref().map(|t| t.no_retry.clone()),
+        probe: target.as_ref().map(|t| ProbeClients { control: control.no_retry.clone(), target: t.no_retry.clone() }),
+    })
+}
+
+/// The drivers this binary has, each metered.
+fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
+    let mut drivers = DriverRegistry::new();
+    #[cfg(feature = "aws")]
+    drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
+    if let Some(url) = &options.inmemory_cloud_url {
+        drivers.register(Arc::new(crate::providers::inmemory::remote::RemoteDriver::new(url)));
+    }
+    telemetry::metered(&drivers, &metrics.cloud)
+}
+
+/// Runs `mcm run` until `shutdown` resolves; `progress` hears one line per milestone (the binary prints them).
+pub async fn run(
+    options: RunOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+    progress: impl Fn(&str),
+) -> Result<(), RunError> {
+    let clusters = clusters(&options).await?;
+    let metrics = Metrics::new();
+    metrics.register_with(|registry| options.controllers.metrics.register(registry));
+    let health = Health::default();
+    let (metrics_at, health_at, servers) =
+        telemetry::serve(options.metrics_addr, options.health_addr, metrics.clone(), health.clone()).await?;
+    if let Some(addr) = metrics_at {
+        progress(&format!("serving metrics on http://{addr}/metrics"));
+    }
+    if let Some(addr) = health_at {
+        progress(&format!("serving health probes on http://{addr}/healthz and /readyz"));
+    }
+
+    let (mut caches, watches) = metrics.objects.watch(&clusters.control, options.controllers.namespace.as_deref());
+    let drivers = drivers(&options, &metrics);
+
+    let (stop_election, election_stopped) = watch::channel(false);
+    let (leadership_tx, mut leadership) = watch::channel(Leadership::Unknown);
+    let election = match &options.leader {
+        Some(config) => {
+            progress(&format!(
+                "joining the leader election on Lease {}/{} as {}",
+                config.namespace, config.lease_name, config.identity
+            ));
+            Some(tokio::spawn(leader::run(clusters.control.clone(), config.clone(), leadership_tx, election_stopped)))
+        }
+        None => {
+            leadership_tx.send_replace(Leadership::Leading);
+            None
+        }
+    };
+
+    let mut controllers: Option<Controllers> = None;
+    let mut caches_done = false;
+    let mut announced = Leadership::Unknown;
+    tokio::pin!(shutdown);
+    loop {
+        let state = *leadership.borrow_and_update();
+        health.set_leadership_known(state != Leadership::Unknown);
+        metrics.leader.set(i64::from(state == Leadership::Leading));
+        match (state, controllers.is_some()) {
+            (Leadership::Leading, false) => {
+                let started = Controllers::start(clusters.clone(), drivers.clone(), options.controllers.clone());
+                metrics.objects.set_frozen_gauge(Some(started.frozen_gauge()));
+                controllers = Some(started);
+                progress("leading: controllers started");
+            }
+            (Leadership::Following | Leadership::Unknown, true) => {
+                if let Some(running) = controllers.take() {
+                    progress("not leading any more: stopping the controllers");
+                    running.stop().await;
+                    metrics.objects.set_frozen_gauge(None);
+                    progress("controllers stopped");
+                }
+            }
+            (Leadership::Following, false) if announced != Leadership::Following => {
+                progress("standing by: another process leads")
+            }
+            _ => {}
+        }
+        announced = state;
+        tokio::select! {
+            _ = &mut shutdown => break,
+            changed = leadership.changed() => {
+                if changed.is_err() {
+                    // The election ended on its own (it only does when stopped); stop leading.
+                    if let Some(running) = controllers.take() {
+                        running.stop().await;
+                    }
+                    break;
+                }
+            }
+            _ = caches.wait_for(|r| *r), if !caches_done => {
+                caches_done = true;
+                health.set_caches_synced(true);
+                progress("caches synced");
+            }
+        }
+    }
+
+    progress("shutting down");
+    health.set_caches_synced(false);
+    if let Some(running) = controllers.take() {
+        running.stop().await;
+        progress("controllers stopped");
+    }
+    let _ = stop_election.send(true);
+    if let Some(election) = election
+        && tokio::time::timeout(Duration::from_secs(10), election).await.is_err()
+    {
+        tracing::warn!("the leader election did not end in 10s");
+    }
+    for task in watches.into_iter().chain(servers) {
+        task.abort();
+    }
+    progress("stopped");
+    Ok(())
+}

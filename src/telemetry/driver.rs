@@ -1,0 +1,152 @@
+//! [`MeteredDriver`]: wraps any driver and counts and times its calls, so no driver carries metrics code.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use super::metrics::{CallLabels, CloudMetrics, CodeLabels, FailedLabels};
+use crate::providers::{
+    CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, DriverRegistry, GetVolumeIdsRequest,
+    InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse,
+};
+
+/// A driver whose calls are counted (`mcm_cloud_api_requests_total`, `..._failed_total`) and timed
+/// (`mcm_cloud_driver_request_duration_seconds`).
+pub struct MeteredDriver {
+    inner: Arc<dyn Driver>,
+    metrics: CloudMetrics,
+}
+
+impl MeteredDriver {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Driver>, metrics: CloudMetrics) -> Self {
+        MeteredDriver { inner, metrics }
+    }
+
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, DriverError>>,
+    ) -> Result<T, DriverError> {
+        let started = std::time::Instant::now();
+        let result = call.await;
+        let seconds = started.elapsed().as_secs_f64();
+        let provider = self.inner.provider().to_string();
+        let code = match &result {
+            Ok(_) => "OK".to_string(),
+            Err(e) => e.code.as_str().to_string(),
+        };
+        let call_labels = CallLabels { provider: provider.clone(), operation: operation.to_string() };
+        self.metrics.duration.get_or_create(&call_labels).observe(seconds);
+        self.metrics
+            .requests
+            .get_or_create(&CodeLabels {
+                provider: provider.clone(),
+                operation: operation.to_string(),
+                code: code.clone(),
+            })
+            .inc();
+        match &result {
+            Err(_) => {
+                self.metrics
+                    .failed
+                    .get_or_create(&FailedLabels { provider, operation: operation.to_string(), error_code: code })
+                    .inc();
+            }
+            Ok(_) if operation == "create_machine" => {
+                self.metrics.create_duration.get_or_create(&vec![("provider".to_string(), provider)]).observe(seconds);
+            }
+            Ok(_) if operation == "delete_machine" => {
+                self.metrics.delete_duration.get_or_create(&vec![("provider".to_string(), provider)]).observe(seconds);
+            }
+            Ok(_) => {}
+        }
+        result
+    }
+}
+
+#[async_trait::async_trait]
+impl Driver for MeteredDriver {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
+        self.timed("create_machine", self.inner.create_machine(request)).await
+    }
+
+    async fn initialize_machine(&self, request: &MachineRequest) -> Result<InitializeMachineResponse, DriverError> {
+        self.timed("initialize_machine", self.inner.initialize_machine(request)).await
+    }
+
+    async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
+        self.timed("delete_machine", self.inner.delete_machine(request)).await
+    }
+
+    async fn get_machine_status(&self, request: &MachineRequest) -> Result<MachineStatusResponse, DriverError> {
+        self.timed("get_machine_status", self.inner.get_machine_status(request)).await
+    }
+
+    async fn list_machines(&self, request: &ListMachinesRequest) -> Result<BTreeMap<String, String>, DriverError> {
+        self.timed("list_machines", self.inner.list_machines(request)).await
+    }
+
+    async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError> {
+        self.timed("get_volume_ids", self.inner.get_volume_ids(request)).await
+    }
+}
+
+/// The same drivers, each wrapped in a [`MeteredDriver`].
+pub fn metered(drivers: &DriverRegistry, metrics: &CloudMetrics) -> DriverRegistry {
+    let mut out = DriverRegistry::new();
+    for provider in drivers.providers() {
+        if let Ok(driver) = drivers.get(&provider) {
+            out.register(Arc::new(MeteredDriver::new(driver, metrics.clone())));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, class};
+    use crate::providers::{Code, MachineInfo};
+
+    #[tokio::test]
+    async fn calls_are_counted_by_operation_and_code() {
+        let cloud = InMemoryCloud::with_seed(1);
+        let mut drivers = DriverRegistry::new();
+        drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
+        let metrics = super::super::Metrics::new();
+        let drivers = metered(&drivers, &metrics.cloud);
+        let driver = drivers.get("InMemory").unwrap();
+        let request = MachineRequest {
+            machine: MachineInfo { name: "m1".into(), namespace: "default".into(), ..Default::default() },
+            class: class("c", "dev", serde_json::json!({})),
+            ..Default::default()
+        };
+        driver.create_machine(&request).await.unwrap();
+        let err = driver
+            .get_machine_status(&MachineRequest {
+                machine: MachineInfo { name: "absent".into(), namespace: "default".into(), ..Default::default() },
+                ..request.clone()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code, Code::NotFound);
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                r#"mcm_cloud_api_requests_total{provider="InMemory",operation="create_machine",code="OK"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"mcm_cloud_driver_requests_failed_total{provider="InMemory",operation="get_machine_status",error_code="NotFound"} 1"#),
+            "{text}"
+        );
+        assert!(text.contains("mcm_cloud_driver_request_duration_seconds_count"), "{text}");
+        assert_eq!(cloud.stats().creates, 1);
+    }
+}

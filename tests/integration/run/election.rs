@@ -1,0 +1,44 @@
+//! Two `mcm run` processes, one Lease: exactly one reconciles; when it dies the other takes over and finishes a
+//! scale-up, and no machine or VM is created twice.
+
+use std::time::Duration;
+
+use super::{RunEnv, WAIT};
+
+const FAST_LEASE: [&str; 3] =
+    ["--leader-elect-lease-duration=3s", "--leader-elect-renew-deadline=2s", "--leader-elect-retry-period=500ms"];
+
+#[tokio::test]
+async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_created_twice() {
+    let env = RunEnv::start(0.5).await;
+    let mut a = env.spawn("a", &FAST_LEASE);
+    a.wait_line("leading: controllers started", WAIT).await;
+    let b = env.spawn("b", &FAST_LEASE);
+    b.wait_line("standing by: another process leads", WAIT).await;
+
+    env.deployment("workers", 2).await;
+    env.wait_running(2, WAIT).await;
+    env.assert_one_vm_per_machine().await;
+
+    // Only the leader called the cloud; the standby's counters are empty.
+    let (from_a, from_b) = (a.scrape().await, b.scrape().await);
+    assert!(from_a.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#]) >= 2.0, "{from_a:?}");
+    assert_eq!(from_b.sum("mcm_cloud_api_requests_total", &[]), 0.0, "{from_b:?}");
+    assert_eq!(from_a.get("mcm_leader_election_master_status"), 1.0);
+    assert_eq!(from_b.get("mcm_leader_election_master_status"), 0.0);
+    assert!(!b.printed("leading"), "{:?}", b.lines());
+
+    // The leader dies without releasing its lease; the standby waits for it to expire, then leads.
+    a.signal("KILL");
+    a.wait_exit(WAIT).await;
+    env.scale("workers", 4).await;
+    b.wait_line("leading: controllers started", Duration::from_secs(30)).await;
+    env.wait_running(4, WAIT).await;
+    env.assert_one_vm_per_machine().await;
+    let stats = env.env.dev.cloud.stats();
+    assert_eq!(stats.vms_created, 4, "every VM was created once: {stats:?}");
+    assert_eq!(stats.vms_deleted, 0, "{stats:?}");
+    let from_b = b.scrape().await;
+    assert_eq!(from_b.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#, r#"code="OK""#]), 2.0);
+    env.env.shutdown().await;
+}

@@ -1,0 +1,92 @@
+//! `/metrics` during a scale-up, and `/readyz` before and after the caches sync.
+
+use std::time::Duration;
+
+use super::{RunEnv, WAIT, http_get};
+use crate::support::{install_crds, wait_until};
+
+#[tokio::test]
+async fn metrics_follow_a_scale_up_and_match_the_clouds_counters() {
+    let env = RunEnv::start(1.0).await;
+    let run = env.spawn("run", &["--leader-elect=false"]);
+    run.wait_line("leading: controllers started", WAIT).await;
+    let before = run.scrape().await;
+    assert_eq!(before.get("mcm_machine_items_total"), 0.0, "{before:?}");
+    assert_eq!(before.get("mcm_machine_controller_frozen"), 0.0);
+
+    env.deployment("workers", 3).await;
+    // Scrape until all three are Running; remember every Running count seen on the way.
+    let mut seen_running = Vec::new();
+    let mut seen_not_running = false;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let m = run.scrape().await;
+        let running = m.phase("Running");
+        if m.get("mcm_machine_items_total") > running {
+            seen_not_running = true;
+        }
+        seen_running.push(running);
+        let ready = m.get("mcm_machine_deployment_status_ready_replicas{name=\"workers\",namespace=\"machines\"}");
+        if running == 3.0 && ready == 3.0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "3 Running machines in the metrics: {seen_running:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(seen_not_running, "a scrape saw machines not yet Running: {seen_running:?}");
+    assert!(seen_running.windows(2).all(|w| w[0] <= w[1]), "Running only grew: {seen_running:?}");
+    let m = run.scrape().await;
+    assert_eq!(m.get("mcm_machine_set_items_total"), 1.0);
+    assert_eq!(m.sum("mcm_machine_set_status_ready_replicas", &[]), 3.0);
+    assert_eq!(m.get("mcm_machine_deployment_info_spec_replicas{name=\"workers\",namespace=\"machines\"}"), 3.0);
+    assert_eq!(m.sum("mcm_machine_current_status_phase", &[]), 3.0, "Running is 1 each");
+
+    // The process's counters of driver calls match the cloud's own, operation by operation (read at a quiet
+    // moment: the cloud counts a call on arrival, the process once it has the answer).
+    let cloud = env.env.dev.cloud.clone();
+    wait_until("the metrics to match the cloud's counters", WAIT, || async {
+        let before = cloud.stats();
+        let m = run.scrape().await;
+        let after = cloud.stats();
+        let op = |name: &str| m.sum("mcm_cloud_api_requests_total", &[&format!("operation=\"{name}\"")]) as u64;
+        let counted = [op("create_machine"), op("get_machine_status"), op("list_machines"), op("delete_machine")];
+        let expected = [before.creates, before.status_gets, before.lists, before.deletes];
+        (before == after && counted == expected).then_some(())
+    })
+    .await;
+    let stats = cloud.stats();
+    assert_eq!((stats.creates, stats.vms_created), (3, 3), "{stats:?}");
+    let m = run.scrape().await;
+    assert_eq!(
+        m.get("mcm_cloud_driver_request_duration_seconds_count{provider=\"InMemory\",operation=\"create_machine\"}"),
+        3.0
+    );
+    assert_eq!(m.sum("mcm_machine_create_duration_seconds_count", &[]), 3.0);
+    for controller in ["machine", "machineset", "machinedeployment"] {
+        let series = format!("mcm_controller_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
+        assert!(m.get(&series) > 0.0, "{series}: {m:?}");
+    }
+    env.env.shutdown().await;
+}
+
+#[tokio::test]
+async fn readyz_is_503_until_the_caches_sync() {
+    // An API server without the CRDs: the watches cannot list, so the caches cannot sync.
+    let (server, client) = crate::support::start().await;
+    let dir = crate::support::TempDir::new("mcm-run-readyz");
+    let kubeconfig = dir.0.join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let run = super::McmRun::spawn("run", &kubeconfig, "http://127.0.0.1:1", &dir.0, &["--leader-elect=false"]);
+    let readyz = run.readyz_url().await;
+    let healthz = readyz.replace("/readyz", "/healthz");
+    assert_eq!(http_get(&healthz).await.0, 200, "alive from the start");
+    run.wait_line("leading: controllers started", WAIT).await;
+    let (status, body) = http_get(&readyz).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("caches not synced"), "{body}");
+
+    install_crds(&client).await;
+    wait_until("/readyz to answer 200", WAIT, || async { (http_get(&readyz).await.0 == 200).then_some(()) }).await;
+    run.wait_line("caches synced", Duration::from_secs(5)).await;
+    server.shutdown().await;
+}
