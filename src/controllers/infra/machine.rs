@@ -94,13 +94,14 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachine>, ctx: Arc<InfraContext>) -> R
         class_problem: None,
         has_vm: create::provider_id(&hub).is_some(),
     };
+    // Contract §2.3: the finalizer goes on once the owner and the Cluster exist, before the other waits.
+    if owner.is_some() && cluster.is_some() && !obj.finalizers().iter().any(|f| f == MACHINE_FINALIZER) {
+        writes::add_finalizer(&api, &*obj, MACHINE_FINALIZER).await?;
+    }
     if let Err(wait) = infra::gate(&gate) {
         let ready = Some((false, wait.reason, wait.message));
         write_status(&ctx, &api, &obj, &hub, Write { ready, ..Default::default() }, now).await?;
         return Ok(Action::requeue(ctx.config.resync));
-    }
-    if !obj.finalizers().iter().any(|f| f == MACHINE_FINALIZER) {
-        writes::add_finalizer(&api, &*obj, MACHINE_FINALIZER).await?;
     }
 
     let resolved = match resolve_class(&obj, &ctx) {
