@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, ServerConfig};
-use crate::controllers::{Clusters, ControllerOptions, Controllers, ProbeClients};
+use crate::controllers::{Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
@@ -31,6 +31,8 @@ pub struct DevOptions {
     pub sample: bool,
     /// How the machine controllers run.
     pub controllers: ControllerOptions,
+    /// How the CAPI infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate) run.
+    pub infra: InfraOptions,
 }
 
 impl Default for DevOptions {
@@ -42,6 +44,7 @@ impl Default for DevOptions {
             apiserver_only: false,
             sample: true,
             controllers: ControllerOptions::default(),
+            infra: InfraOptions::default(),
         }
     }
 }
@@ -164,6 +167,10 @@ pub struct DevEnvironment {
     pub controllers: Option<Controllers>,
     /// How the controllers run (kept to restart them).
     pub controller_options: ControllerOptions,
+    /// The CAPI infrastructure controllers (absent with `--apiserver-only`, or while stopped).
+    pub infra: Option<InfraControllers>,
+    /// How they run (kept to restart them).
+    pub infra_options: InfraOptions,
     /// What was applied from the sample.
     pub sample: Vec<String>,
     /// The URL the in-memory cloud is served on for `mcm run --inmemory-cloud-url` (absent with
@@ -202,6 +209,8 @@ impl DevEnvironment {
             kubelet: None,
             controllers: None,
             controller_options: options.controllers.clone(),
+            infra: None,
+            infra_options: options.infra.clone(),
             sample: Vec::new(),
             cloud_url: None,
             cloud_server: None,
@@ -228,7 +237,7 @@ impl DevEnvironment {
         environment.start_controllers();
         progress(
             "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
-             deployment, overshoot freeze)",
+             deployment, overshoot freeze) and the infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate)",
         );
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
@@ -250,6 +259,10 @@ impl DevEnvironment {
             self.controllers =
                 Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));
         }
+        if self.infra.is_none() {
+            self.infra =
+                Some(InfraControllers::start(self.client.clone(), self.drivers.clone(), self.infra_options.clone()));
+        }
     }
 
     /// Stops the machine controllers, letting running reconciles finish.
@@ -257,12 +270,18 @@ impl DevEnvironment {
         if let Some(controllers) = self.controllers.take() {
             controllers.stop().await;
         }
+        if let Some(infra) = self.infra.take() {
+            infra.stop().await;
+        }
     }
 
     /// Cancels the machine controllers mid-reconcile, as a crash would (the cloud and its VMs stay).
     pub async fn kill_controllers(&mut self) {
         if let Some(controllers) = self.controllers.take() {
             controllers.kill().await;
+        }
+        if let Some(infra) = self.infra.take() {
+            infra.kill().await;
         }
     }
 

@@ -3,7 +3,7 @@
 //! MachineDeployment controllers and the overshoot freeze).
 
 use crate::api::Duration;
-use crate::controllers::ControllerOptions;
+use crate::controllers::{ControllerOptions, InfraOptions};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::config::{DEFAULT_NODE_CONDITIONS, parse_node_conditions};
 use crate::lifecycle::freeze::FreezeOptions;
@@ -121,6 +121,41 @@ impl MachineControllerManagerFlags {
             self.machine_safety_overshooting_period.0.max(std::time::Duration::from_millis(100));
         options.sets.deployment.autoscaler_scale_down_annotation_during_rollout =
             self.autoscaler_scaledown_annotation_during_rollout;
+    }
+}
+
+/// Flags of the CAPI infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate), with the names
+/// CAPI providers use.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InfraControllerFlags {
+    /// Reconcile only objects labelled cluster.x-k8s.io/watch-filter=<VALUE> (several instances side by side).
+    #[arg(long, value_name = "VALUE")]
+    pub watch_filter: Option<String>,
+    /// MCMMachines reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub mcmmachine_concurrency: u16,
+    /// MCMClusters reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub mcmcluster_concurrency: u16,
+    /// MCMMachineTemplates reconciled at once.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub mcmmachinetemplate_concurrency: u16,
+}
+
+impl InfraControllerFlags {
+    /// The infrastructure controllers' options: these flags, plus the namespace, machine settings (creation
+    /// timeout, back-off) and orphan collection of the machine controllers' options.
+    pub fn options(&self, machine: &ControllerOptions) -> InfraOptions {
+        InfraOptions {
+            namespace: machine.namespace.clone(),
+            watch_filter: self.watch_filter.clone().filter(|f| !f.is_empty()),
+            machine_concurrency: self.mcmmachine_concurrency,
+            cluster_concurrency: self.mcmcluster_concurrency,
+            template_concurrency: self.mcmmachinetemplate_concurrency,
+            machine: machine.machine.clone(),
+            safety: machine.safety.clone(),
+            shutdown_grace: machine.shutdown_grace,
+        }
     }
 }
 

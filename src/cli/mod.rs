@@ -13,7 +13,7 @@ use crate::api;
 mod flags;
 mod run_args;
 
-pub use flags::{MachineControllerFlags, MachineControllerManagerFlags};
+pub use flags::{InfraControllerFlags, MachineControllerFlags, MachineControllerManagerFlags};
 pub use run_args::{RunArgs, RunArgsError};
 
 /// Version information compiled into the binary.
@@ -101,6 +101,8 @@ struct DevArgs {
     controllers: MachineControllerFlags,
     #[command(flatten)]
     manager: MachineControllerManagerFlags,
+    #[command(flatten)]
+    infra: InfraControllerFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -199,6 +201,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             init_logging();
             let mut controllers = args.controllers.options();
             args.manager.apply(&mut controllers);
+            let infra = args.infra.options(&controllers);
             let options = crate::dev::DevOptions {
                 listen: args.listen,
                 kubeconfig_out: args.kubeconfig_out,
@@ -206,6 +209,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 apiserver_only: args.apiserver_only,
                 sample: !args.no_sample,
                 controllers,
+                infra,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

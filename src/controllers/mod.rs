@@ -20,6 +20,7 @@
 mod context;
 mod error;
 mod informer;
+mod infra;
 mod machine;
 mod machine_class;
 mod metrics;
@@ -47,6 +48,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub use error::Error;
+pub use infra::{InfraControllers, InfraOptions};
 pub use metrics::ReconcileMetrics;
 pub use safety::FROZEN_METRIC;
 pub use sets::SetOptions;
@@ -289,6 +291,10 @@ impl Controllers {
             ctx: ctx.clone(),
             config: options.safety.clone(),
             machines: scoped(control.clone()),
+            infra_machines: match &ns {
+                Some(ns) => Api::namespaced(control.clone(), ns),
+                None => Api::all(control.clone()),
+            },
             probe_namespace: options.namespace.clone().unwrap_or_else(|| "default".to_string()),
             probes,
             requeue,

@@ -3,7 +3,8 @@
 //!
 //! - **Orphan VMs**: at start, every `--machine-safety-orphan-vms-period`, and (after a short cooldown) when a
 //!   Machine is deleted or newly reports `OutOfRange`, each class's VMs are listed and those no Machine claims are
-//!   deleted, after a fresh read of the Machines from the API server and a second listing agree
+//!   deleted, after a fresh read of the Machines (and MCMMachines, whose VMs may share a class) from the API
+//!   server and a second listing agree
 //!   ([`crate::lifecycle::safety`]). Never while frozen, while a probe is failing, or before the stores are
 //!   synced. The same pass marks Nodes no Machine manages (MCM's `AnnotateNodesUnmanagedByMCM`).
 //! - **API-server freeze** (with a target cluster only): the control and target API servers are probed with a
@@ -33,7 +34,9 @@ use super::error::Error;
 use super::informer::{Changed, Notice};
 use super::machine::{class_info, class_secrets, write_status};
 use super::{ProbeClients, writes};
+use crate::api::infra::MCMMachine;
 use crate::api::mcm::{Machine, MachineClass, MachinePhase};
+use crate::convert::machine::to_hub;
 use crate::lifecycle::names::{MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, NOT_MANAGED_ANNOTATION};
 use crate::lifecycle::safety::{
     self, Claimant, Claims, FreezeChange, FreezeState, NOT_MANAGED_VALUE, Orphan, SafetyConfig,
@@ -108,6 +111,8 @@ pub(crate) struct Safety {
     pub config: SafetyConfig,
     /// Machines as the controllers watch them (all namespaces or one), for fresh reads.
     pub machines: Api<Machine>,
+    /// MCMMachines in the same scope, for fresh reads: the VMs of CAPI-flavour machines are claimed too.
+    pub infra_machines: Api<MCMMachine>,
     /// The namespace of the control cluster's probe.
     pub probe_namespace: String,
     /// `None` without a target cluster: no freeze.
@@ -223,6 +228,17 @@ impl Safety {
                 return ControlFlow::Break(());
             }
         };
+        // MCMMachines (the CAPI flavour) may use the same class: their VMs are claimed alike.
+        let infra = match self.infra_machines.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            // The infrastructure CRDs are not installed: no MCMMachine claims anything.
+            Err(kube::Error::Api(s)) if s.code == 404 => Vec::new(),
+            Err(e) => {
+                tracing::warn!(class = %key, error = %e, "could not read the MCMMachines from the API server; no VM is deleted");
+                return ControlFlow::Break(());
+            }
+        };
+        let fresh = fresh.into_iter().chain(infra.iter().map(|m| to_hub(m, None))).collect();
         let Some(relisted) = self.list(class, &*driver, &request).await else { return ControlFlow::Continue(()) };
         let orphans = safety::confirm(&suspects, &relisted, &self.cached_claims(fresh));
         handled.extend(suspects.into_iter().map(|o| o.provider_id));

@@ -13,6 +13,7 @@
 //!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`); [`claim`]: which
 //!   objects a set or deployment controls, adopts or releases.
 //! - [`safety`]: orphan VMs, Nodes no Machine manages, and the API-server freeze.
+//! - [`infra`]: what the CAPI infrastructure provider adds on top (gates, conditions, placement, templates).
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
@@ -25,6 +26,7 @@ pub mod delete;
 pub mod deletion_order;
 pub mod freeze;
 pub mod health;
+pub mod infra;
 pub mod machine_deployment;
 pub mod machine_set;
 pub mod names;

@@ -7,6 +7,7 @@ mod apiserver;
 mod cli;
 mod dev;
 mod drain;
+mod infra;
 mod machines;
 mod packaging;
 mod providers;

@@ -1,0 +1,192 @@
+use serde_json::json;
+
+use super::*;
+use crate::api::capi::{ClusterInitializationStatus, ClusterSpec, ClusterStatus};
+use crate::api::mcm::{LastOperation, MachineStatus};
+use crate::lifecycle::status::entering;
+
+fn t(s: &str) -> Timestamp {
+    format!("2025-01-01T{s}Z").parse().unwrap()
+}
+
+fn cluster(paused: Option<bool>, provisioned: Option<bool>) -> Cluster {
+    let mut c = Cluster::new("c1", ClusterSpec { paused, ..Default::default() });
+    c.status = Some(ClusterStatus {
+        initialization: Some(ClusterInitializationStatus {
+            infrastructure_provisioned: provisioned,
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    c
+}
+
+#[test]
+fn pause_and_watch_filter() {
+    let annotated = BTreeMap::from([(PAUSED_ANNOTATION.to_string(), String::new())]);
+    let cases = [
+        ("nothing", None, None, false),
+        ("cluster paused", Some(cluster(Some(true), None)), None, true),
+        ("cluster not paused", Some(cluster(Some(false), None)), None, false),
+        ("annotation", Some(cluster(None, None)), Some(&annotated), true),
+        ("annotation without cluster", None, Some(&annotated), true),
+    ];
+    for (name, c, a, want) in cases {
+        assert_eq!(paused(c.as_ref(), a), want, "{name}");
+    }
+    let labelled = BTreeMap::from([(WATCH_FILTER_LABEL.to_string(), "a".to_string())]);
+    assert!(passes_filter(None, None));
+    assert!(passes_filter(Some("a"), Some(&labelled)));
+    assert!(!passes_filter(Some("b"), Some(&labelled)));
+    assert!(!passes_filter(Some("a"), None));
+}
+
+#[test]
+fn the_gate_follows_the_contract_order() {
+    let ready_cluster = cluster(None, Some(true));
+    let pending_cluster = cluster(None, None);
+    let all = Gate {
+        owner_name: Some("m1"),
+        owner_found: true,
+        cluster_name: Some("c1"),
+        cluster: Some(&ready_cluster),
+        data_secret_name: Some("m1-bootstrap"),
+        data_found: true,
+        class_problem: None,
+        has_vm: false,
+    };
+    let cases: Vec<(&str, Gate<'_>, Option<&str>)> = vec![
+        ("all there", all.clone(), None),
+        ("no owner reference", Gate { owner_name: None, ..all.clone() }, Some(reason::WAITING_FOR_OWNER)),
+        ("owner not found", Gate { owner_found: false, ..all.clone() }, Some(reason::WAITING_FOR_OWNER)),
+        ("no cluster label", Gate { cluster_name: None, ..all.clone() }, Some(reason::WAITING_FOR_CLUSTER)),
+        ("no cluster", Gate { cluster: None, ..all.clone() }, Some(reason::WAITING_FOR_CLUSTER)),
+        (
+            "cluster infrastructure not provisioned",
+            Gate { cluster: Some(&pending_cluster), ..all.clone() },
+            Some(reason::WAITING_FOR_CLUSTER_INFRASTRUCTURE),
+        ),
+        (
+            "no data secret name",
+            Gate { data_secret_name: None, ..all.clone() },
+            Some(reason::WAITING_FOR_BOOTSTRAP_DATA),
+        ),
+        (
+            "empty data secret name",
+            Gate { data_secret_name: Some(""), ..all.clone() },
+            Some(reason::WAITING_FOR_BOOTSTRAP_DATA),
+        ),
+        ("no data secret", Gate { data_found: false, ..all.clone() }, Some(reason::WAITING_FOR_BOOTSTRAP_DATA)),
+        ("class problem", Gate { class_problem: Some("x".into()), ..all.clone() }, Some(reason::INVALID_CLASS)),
+        (
+            "a VM exists: no more waiting for bootstrap data",
+            Gate { has_vm: true, data_secret_name: None, cluster: Some(&pending_cluster), ..all.clone() },
+            None,
+        ),
+        (
+            "a VM exists, the owner still counts",
+            Gate { has_vm: true, owner_name: None, ..all.clone() },
+            Some(reason::WAITING_FOR_OWNER),
+        ),
+    ];
+    for (name, g, want) in cases {
+        assert_eq!(gate(&g).err().map(|w| w.reason), want, "{name}");
+    }
+}
+
+fn hub(phase: Option<MachinePhase>, provider_id: Option<&str>, code: Option<&str>) -> Machine {
+    let mut m = Machine::new("m1", Default::default());
+    m.spec.provider_id = provider_id.map(str::to_string);
+    m.status = Some(MachineStatus {
+        current_status: phase.map(|p| entering(p, t("00:00:00"))),
+        last_operation: Some(LastOperation {
+            description: Some("Cloud provider message - boom".into()),
+            error_code: code.map(str::to_string),
+            ..Default::default()
+        }),
+        ..Default::default()
+    });
+    m
+}
+
+#[test]
+fn ready_over_the_life_cycle() {
+    let cases = [
+        ("new", hub(None, None, None), false, reason::PROVISIONING),
+        ("available", hub(Some(MachinePhase::Available), Some("p"), None), true, reason::PROVISIONED),
+        (
+            "crash loop",
+            hub(Some(MachinePhase::CrashLoopBackOff), None, Some("ResourceExhausted")),
+            false,
+            reason::CRASH_LOOP_BACK_OFF,
+        ),
+        ("failed", hub(Some(MachinePhase::Failed), None, Some("InvalidArgument")), false, reason::FAILED),
+        (
+            "bad credentials",
+            hub(Some(MachinePhase::CrashLoopBackOff), None, Some("Unauthenticated")),
+            false,
+            reason::INVALID_CREDENTIALS,
+        ),
+        ("denied", hub(Some(MachinePhase::Failed), None, Some("PermissionDenied")), false, reason::INVALID_CREDENTIALS),
+        (
+            "crash loop with a providerID",
+            hub(Some(MachinePhase::CrashLoopBackOff), Some("p"), None),
+            false,
+            reason::CRASH_LOOP_BACK_OFF,
+        ),
+    ];
+    for (name, m, ok, why) in cases {
+        let (got_ok, got_reason, _) = ready(&m);
+        assert_eq!((got_ok, got_reason), (ok, why), "{name}");
+    }
+    assert_eq!(deleting(None).1, reason::DELETING);
+    assert_eq!(deleting(Some(&DriverError::new(Code::Unauthenticated, "no"))).1, reason::INVALID_CREDENTIALS);
+    assert_eq!(deleting(Some(&DriverError::new(Code::Unavailable, "later"))).1, reason::DELETION_FAILED);
+}
+
+#[test]
+fn conditions_move_their_transition_time_only_on_a_status_change() {
+    let first = set_condition(None, "Ready", (false, "Provisioning", "m".into()), Some(1), t("00:00:01")).unwrap();
+    assert_eq!(first[0].last_transition_time, Time(t("00:00:01")));
+    assert_eq!(set_condition(Some(&first), "Ready", (false, "Provisioning", "m".into()), Some(1), t("00:00:02")), None);
+    let reason_only =
+        set_condition(Some(&first), "Ready", (false, "CrashLoopBackOff", "x".into()), Some(1), t("00:00:03")).unwrap();
+    assert_eq!(reason_only[0].last_transition_time, Time(t("00:00:01")), "same status keeps the time");
+    let flipped =
+        set_condition(Some(&reason_only), "Ready", (true, "Provisioned", "".into()), Some(1), t("00:00:04")).unwrap();
+    assert_eq!((flipped[0].status.as_str(), flipped[0].last_transition_time.clone()), ("True", Time(t("00:00:04"))));
+    let both = set_condition(Some(&flipped), "Paused", paused_condition(false), Some(1), t("00:00:05")).unwrap();
+    assert_eq!(both.iter().map(|c| c.type_.as_str()).collect::<Vec<_>>(), ["Ready", "Paused"]);
+    let regenerated = set_condition(Some(&both), "Paused", paused_condition(false), Some(2), t("00:00:06")).unwrap();
+    assert_eq!(regenerated[1].observed_generation, Some(2));
+}
+
+#[test]
+fn placement_in_the_failure_domain() {
+    let cases = [
+        ("in-memory zone", "InMemory", json!({"cpu": "2"}), Some("zone-b"), json!({"cpu": "2", "zone": "zone-b"})),
+        ("in-memory null spec", "InMemory", Value::Null, Some("zone-b"), json!({"zone": "zone-b"})),
+        ("no failure domain", "InMemory", json!({"zone": "z"}), None, json!({"zone": "z"})),
+        ("empty failure domain", "InMemory", json!({"zone": "z"}), Some(""), json!({"zone": "z"})),
+        ("other providers unchanged", "AWS", json!({"region": "r"}), Some("zone-b"), json!({"region": "r"})),
+    ];
+    for (name, provider, spec, fd, want) in cases {
+        assert_eq!(place(provider, &spec, fd), want, "{name}");
+    }
+}
+
+#[test]
+fn template_status_from_the_node_template() {
+    assert_eq!(template_status(None), None);
+    let t = NodeTemplate {
+        capacity: BTreeMap::from([("cpu".to_string(), Quantity("4".into()))]),
+        virtual_capacity: Some(BTreeMap::from([("example.com/gpu".to_string(), Quantity("1".into()))])),
+        architecture: Some("arm64".into()),
+        ..Default::default()
+    };
+    let (capacity, info) = template_status(Some(&t)).unwrap();
+    assert_eq!(capacity.keys().collect::<Vec<_>>(), ["cpu", "example.com/gpu"]);
+    assert_eq!((info.architecture.as_deref(), info.operating_system.as_deref()), (Some("arm64"), Some("linux")));
+    let (_, default_arch) = template_status(Some(&NodeTemplate::default())).unwrap();
+    assert_eq!(default_arch.architecture.as_deref(), Some("amd64"));
+}
