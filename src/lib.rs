@@ -8,6 +8,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod cli;
 pub mod controllers;
+pub mod convert;
 pub mod dev;
 pub mod drain;
 pub mod lifecycle;
