@@ -20,6 +20,7 @@
 mod data;
 mod deployment;
 mod machine_set;
+pub mod machine_view;
 mod template;
 
 #[cfg(test)]
