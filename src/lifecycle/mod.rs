@@ -16,6 +16,7 @@
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod capi_machine;
 pub mod claim;
 pub mod class;
 pub mod clock;
