@@ -17,6 +17,7 @@
 //!
 //! Imports `api`, `lifecycle`, `providers` and `drain`; nothing imports it but `dev` and `cli`.
 
+mod capi;
 mod context;
 mod error;
 mod informer;
@@ -45,6 +46,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub use capi::{UPSTREAM_CORE_FINALIZERS, held_by_upstream_core};
 pub use error::Error;
 pub use safety::FROZEN_METRIC;
 pub use sets::SetOptions;
@@ -100,6 +102,9 @@ pub struct ControllerOptions {
     pub safety: SafetyConfig,
     /// The MachineSet and MachineDeployment controllers and the overshoot freeze.
     pub sets: SetOptions,
+    /// Mode "CAPI with MCM core": also run our MachineDeployment, MachineSet and Machine controllers on
+    /// `cluster.x-k8s.io/v1beta2` objects (`docs/capi-mode.md`). The CAPI CRDs must be installed.
+    pub capi_core: bool,
 }
 
 impl Default for ControllerOptions {
@@ -111,6 +116,7 @@ impl Default for ControllerOptions {
             shutdown_grace: Duration::from_secs(10),
             safety: SafetyConfig::default(),
             sets: SetOptions::default(),
+            capi_core: false,
         }
     }
 }
@@ -244,10 +250,25 @@ impl Controllers {
                 .for_each(|_| futures::future::ready(()));
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
+        let capi_started = options.capi_core.then(|| {
+            capi::start(
+                control.clone(),
+                clusters.target.clone(),
+                clusters.drain.clone().or_else(|| clusters.target.clone()),
+                nodes.as_mut(),
+                &options,
+                stop.subscribe(),
+            )
+        });
 
         let mut informers =
             vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
         informers.extend(started.informers);
+        let mut started_controllers = started.controllers;
+        if let Some(capi) = capi_started {
+            informers.extend(capi.informers);
+            started_controllers.extend(capi.controllers);
+        }
         if let Some(nodes) = nodes {
             informers.push(tokio::spawn(nodes.run()));
         }
@@ -274,7 +295,7 @@ impl Controllers {
             tokio::spawn(safety.run_freeze()),
         ]
         .into_iter()
-        .chain(started.controllers)
+        .chain(started_controllers)
         .collect();
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
         Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze }

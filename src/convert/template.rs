@@ -181,6 +181,7 @@ pub fn template_from_capi(capi: &capi::MachineTemplateSpec) -> mcm::MachineTempl
 }
 
 /// The CAPI-only Machine spec fields a hub template carries (cluster name, bootstrap, version, ...).
+#[cfg(test)]
 pub(crate) fn capi_machine_data(hub: &mcm::MachineTemplateSpec) -> CapiMachineData {
     let mut annotations = hub.metadata.as_ref().and_then(|m| m.annotations.clone());
     take(&mut annotations, CAPI_MACHINE_DATA)

@@ -31,6 +31,7 @@ pub mod machine_set;
 pub mod names;
 pub mod node_sync;
 mod object_meta;
+pub(crate) use object_meta::merge_patch_of;
 pub mod replacement;
 pub mod retry;
 pub mod safety;
