@@ -17,6 +17,7 @@
 //!
 //! Imports `api`, `lifecycle`, `providers` and `drain`; nothing imports it but `dev` and `cli`.
 
+mod capi;
 mod context;
 mod error;
 mod informer;
@@ -47,6 +48,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub use capi::{UPSTREAM_CORE_FINALIZERS, held_by_upstream_core};
 pub use error::Error;
 pub use infra::{InfraControllers, InfraOptions};
 pub use metrics::ReconcileMetrics;
@@ -113,6 +115,9 @@ pub struct ControllerOptions {
     pub safety: SafetyConfig,
     /// The MachineSet and MachineDeployment controllers and the overshoot freeze.
     pub sets: SetOptions,
+    /// Mode "CAPI with MCM core": also run our MachineDeployment, MachineSet and Machine controllers on
+    /// `cluster.x-k8s.io/v1beta2` objects (`docs/capi-mode.md`). The CAPI CRDs must be installed.
+    pub capi_core: bool,
 }
 
 impl Default for ControllerOptions {
@@ -126,6 +131,7 @@ impl Default for ControllerOptions {
             shutdown_grace: Duration::from_secs(10),
             safety: SafetyConfig::default(),
             sets: SetOptions::default(),
+            capi_core: false,
         }
     }
 }
@@ -276,10 +282,25 @@ impl Controllers {
                 .for_each(|_| futures::future::ready(()));
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
+        let capi_started = options.capi_core.then(|| {
+            capi::start(
+                control.clone(),
+                clusters.target.clone(),
+                clusters.drain.clone().or_else(|| clusters.target.clone()),
+                nodes.as_mut(),
+                &options,
+                stop.subscribe(),
+            )
+        });
 
         let mut informers =
             vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
         informers.extend(started.informers);
+        let mut capi_controllers = Vec::new();
+        if let Some(capi) = capi_started {
+            informers.extend(capi.informers);
+            capi_controllers = capi.controllers;
+        }
         if let Some(nodes) = nodes {
             informers.push(tokio::spawn(nodes.run()));
         }
@@ -311,6 +332,7 @@ impl Controllers {
         ]
         .into_iter()
         .chain(["machineset", "machinedeployment", "machineset"].into_iter().zip(started.controllers))
+        .chain(capi_controllers.into_iter().map(|handle| ("capi", handle)))
         .collect();
         // A disabled controller is cancelled before its first reconcile (its triggers' subscriptions then close).
         let controllers: Vec<JoinHandle<()>> = named

@@ -17,6 +17,7 @@
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod capi_machine;
 pub mod claim;
 pub mod class;
 pub mod clock;
@@ -32,6 +33,7 @@ pub mod machine_set;
 pub mod names;
 pub mod node_sync;
 mod object_meta;
+pub(crate) use object_meta::merge_patch_of;
 pub mod replacement;
 pub mod retry;
 pub mod safety;

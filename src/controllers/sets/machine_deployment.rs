@@ -201,7 +201,7 @@ async fn claim_sets(ctx: &SetsContext, d: &MachineDeployment, written: &mut Writ
 }
 
 /// `patch` with `metadata.resourceVersion` set: a precondition on the write.
-fn guarded(mut patch: Value, resource_version: Option<String>) -> Value {
+pub(crate) fn guarded(mut patch: Value, resource_version: Option<String>) -> Value {
     if let Some(map) = patch.as_object_mut() {
         let meta = map.entry("metadata").or_insert_with(|| json!({}));
         meta["resourceVersion"] = json!(resource_version);
@@ -338,7 +338,7 @@ async fn execute(
         }
     }
 
-    apply_node_effects(ctx, &plan.nodes).await;
+    apply_node_effects(ctx.base.target.as_ref(), &|n| ctx.base.node(n), &plan.nodes).await;
 
     if let Some(status) = &plan.status {
         let old = current.status.clone().unwrap_or_default();
@@ -358,8 +358,12 @@ async fn execute(
 
 /// The rollout's taints and annotations on Nodes: one merge patch per Node. A Node that changed meanwhile (or
 /// went) is skipped; its change brings the deployment back.
-async fn apply_node_effects(ctx: &SetsContext, effects: &NodeEffects) {
-    let Some(target) = &ctx.base.target else { return };
+pub(crate) async fn apply_node_effects(
+    target: Option<&kube::Client>,
+    node: &(dyn Fn(&str) -> Option<Arc<Node>> + Sync),
+    effects: &NodeEffects,
+) {
+    let Some(target) = target else { return };
     if effects.is_empty() {
         return;
     }
@@ -372,7 +376,7 @@ async fn apply_node_effects(ctx: &SetsContext, effects: &NodeEffects) {
         .chain(&effects.enable_scale_down)
         .collect();
     for name in names {
-        let Some(node) = ctx.base.node(name) else { continue };
+        let Some(node) = node(name) else { continue };
         let mut patch = json!({});
         let add = effects.add_prefer_no_schedule.contains(name);
         if add || effects.remove_prefer_no_schedule.contains(name) {

@@ -15,10 +15,10 @@
 //! - The overshoot sweep ([`overshoot`]) is a task: every `--machine-safety-overshooting-period` and whenever a
 //!   Machine appears.
 
-mod machine_deployment;
+pub(crate) mod machine_deployment;
 mod machine_set;
 mod overshoot;
-mod settle;
+pub(crate) mod settle;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -22,7 +22,7 @@ const POLL: Duration = Duration::from_millis(5);
 
 /// What the store must show.
 #[derive(Debug)]
-enum Expect {
+pub(crate) enum Expect {
     /// The object exists (we created it).
     Exists,
     /// The object is gone or being deleted (we deleted it).
@@ -32,14 +32,14 @@ enum Expect {
 }
 
 #[derive(Debug)]
-struct Entry {
+pub(crate) struct Entry {
     namespace: String,
     name: String,
     expect: Expect,
 }
 
 impl Entry {
-    fn seen<K>(&self, store: &Store<K>) -> bool
+    pub(crate) fn seen<K>(&self, store: &Store<K>) -> bool
     where
         K: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
     {
@@ -60,7 +60,7 @@ pub(super) struct Written {
     deployments: Vec<Entry>,
 }
 
-fn entry<K: Resource>(object: &K, expect: Expect) -> Entry {
+pub(crate) fn entry<K: Resource>(object: &K, expect: Expect) -> Entry {
     Entry {
         namespace: object.meta().namespace.clone().unwrap_or_default(),
         name: object.meta().name.clone().unwrap_or_default(),
@@ -69,7 +69,7 @@ fn entry<K: Resource>(object: &K, expect: Expect) -> Entry {
 }
 
 /// An entry for a write that took `before` to `after`; none when the server wrote nothing (same version).
-fn changed<K: Resource>(before: &K, after: &K) -> Option<Entry> {
+pub(crate) fn changed<K: Resource>(before: &K, after: &K) -> Option<Entry> {
     let old = before.meta().resource_version.clone()?;
     (after.meta().resource_version.as_ref() != Some(&old)).then(|| entry(before, Expect::ChangedFrom(old)))
 }
@@ -137,7 +137,7 @@ impl Written {
     }
 }
 
-async fn wait(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) async fn wait(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while !done() {
         if tokio::time::Instant::now() >= deadline {

@@ -32,9 +32,13 @@ pub const ANNOTATIONS_NOT_COPIED: [&str; 8] = [
     TRIGGER_DELETION_BY_MCM,
 ];
 
+/// The conversion annotations of the CAPI flavour (`src/convert`): each object carries its own.
+const CONVERSION_ANNOTATIONS: [&str; 2] =
+    ["capi.machine.sapcloud.io/conversion-data", "machine.sapcloud.io/conversion-data"];
+
 /// Whether annotation `key` stays on the deployment.
 pub fn skip_copy(key: &str) -> bool {
-    ANNOTATIONS_NOT_COPIED.contains(&key)
+    ANNOTATIONS_NOT_COPIED.contains(&key) || CONVERSION_ANNOTATIONS.contains(&key)
 }
 
 /// The revision of a set: 0 without the annotation, `None` when it is not a number (such sets are skipped).

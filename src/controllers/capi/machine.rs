@@ -1,0 +1,283 @@
+//! The Machine controller on CAPI objects (what upstream core's Machine controller does, with MCM's semantics):
+//! status and phase from the MCMMachine and the Node (`lifecycle::capi_machine::plan_machine`), `spec.providerID`
+//! copied from the MCMMachine, and the deletion: pre-drain hooks, cordon and drain within
+//! `spec.deletion.nodeDrainTimeoutSeconds` (`drain`), pre-terminate hooks, the MCMMachine deleted and waited for,
+//! the Node deleted, then the finalizer removed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{DeleteParams, Patch};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::CapiContext;
+use super::machine_set::params;
+use crate::api::capi::{Machine, MachineStatus};
+use crate::api::infra::MCMMachine;
+use crate::controllers::context::{key_of, publish_to};
+use crate::controllers::error::{Error, is_not_found};
+use crate::controllers::writes;
+use crate::drain::{self, DrainError, DrainOptions};
+use crate::lifecycle::capi_machine::{
+    DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step,
+    merge_conditions, phase, plan_machine,
+};
+use crate::lifecycle::status::EventSpec;
+use crate::lifecycle::status_patch;
+
+/// Reasons of the `Deleting` condition that say the drain is behind us.
+const DRAINED_REASONS: [&str; 5] = [
+    "DrainingSucceeded",
+    "DrainingSkipped",
+    "WaitingForPreTerminateHook",
+    "WaitingForInfrastructureDeletion",
+    "DeletingNode",
+];
+
+fn describe(m: &Machine) -> String {
+    format!("Machine {}", key_of(m))
+}
+
+/// Reconciles a CAPI Machine.
+pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
+    ctx.ready().await;
+    let api: Api<Machine> = Api::namespaced(ctx.control.clone(), &m.namespace().unwrap_or_default());
+    let has_finalizer = m.finalizers().iter().any(|f| f == MACHINE_FINALIZER);
+    if m.metadata.deletion_timestamp.is_some() {
+        if !has_finalizer {
+            return Ok(Action::await_change());
+        }
+        return delete(&m, &api, &ctx).await;
+    }
+    if !has_finalizer {
+        writes::add_finalizer(&api, &*m, MACHINE_FINALIZER).await?;
+    }
+    let infra = ctx.infra_of(&m);
+    let provider_id = infra.as_ref().and_then(|i| i.spec.provider_id.clone()).or_else(|| m.spec.provider_id.clone());
+    let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| ctx.node_by_provider_id(p));
+    let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
+    let creation_timeout = configuration.creation_timeout.map_or(ctx.config.creation_timeout, |d| d.as_std());
+    let health_timeout = match configuration.disable_health_timeout {
+        Some(true) => None,
+        _ => Some(configuration.health_timeout.map_or(ctx.config.health_timeout, |d| d.as_std())),
+    };
+    let plan = plan_machine(&MachineObservation {
+        machine: &m,
+        infra: infra.as_deref(),
+        node: node.as_deref(),
+        now: Timestamp::now(),
+        creation_timeout,
+        health_timeout,
+    });
+    if let Some(provider_id) = &plan.provider_id {
+        writes::merge(&api, &*m, &json!({"spec": {"providerID": provider_id}}), "set the providerID of").await?;
+    }
+    let old = m.status.clone().unwrap_or_default();
+    let old_phase = old.phase.clone();
+    write_status(&api, &m, &old, &plan.status).await?;
+    if plan.status.phase != old_phase {
+        tracing::info!(machine = %key_of(&*m), phase = ?plan.status.phase, "phase");
+        if plan.status.phase.as_deref() == Some(phase::FAILED) {
+            let reason = plan
+                .status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            publish_to(&ctx.machine_events, &*m, EventSpec::warning("MachineFailed", reason)).await;
+        }
+    }
+    let resync = ctx.config.resync;
+    Ok(Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync) + Duration::from_millis(100))))
+}
+
+/// After an API error: back off per machine.
+pub(super) fn error_policy(m: Arc<Machine>, error: &Error, ctx: Arc<CapiContext>) -> Action {
+    let key = key_of(&*m);
+    tracing::warn!(machine = %key, error = %error, "reconcile failed");
+    Action::requeue(ctx.retries.fail(&format!("capi-machine:{key}"), error.retry_class(), &ctx.config, None))
+}
+
+async fn write_status(api: &Api<Machine>, m: &Machine, old: &MachineStatus, new: &MachineStatus) -> Result<(), Error> {
+    if let Some(patch) = status_patch(old, new) {
+        api.patch_status(&m.name_any(), &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("patch status of", describe(m), e))?;
+    }
+    Ok(())
+}
+
+/// Sets phase Deleting and the `Deleting` condition (and, with `drain_started`, `status.deletion.nodeDrainStartTime`).
+async fn deleting_status(
+    api: &Api<Machine>,
+    m: &Machine,
+    reason: &str,
+    message: &str,
+    drain_started: Option<Timestamp>,
+) -> Result<(), Error> {
+    let old = m.status.clone().unwrap_or_default();
+    let mut new = old.clone();
+    let now = Timestamp::now();
+    let mut conditions: Vec<Condition> = old.conditions.clone().unwrap_or_default();
+    let mut deleting = condition(&conditions, "Deleting", true, reason, message, now);
+    if conditions.iter().any(|c| c.type_ == "Deleting" && c.reason != reason) {
+        deleting.last_transition_time = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now);
+    }
+    let ready = condition(&conditions, "Ready", false, "Deleting", "", now);
+    merge_conditions(&mut conditions, vec![deleting, ready]);
+    new.conditions = Some(conditions);
+    if new.phase.as_deref() != Some(phase::DELETING) {
+        new.phase = Some(phase::DELETING.to_string());
+        new.last_updated = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+    }
+    if let Some(started) = drain_started {
+        let deletion = new.extra.entry("deletion".to_string()).or_insert_with(|| json!({}));
+        if deletion.get("nodeDrainStartTime").is_none() {
+            deletion["nodeDrainStartTime"] = json!(started.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        }
+    }
+    write_status(api, m, &old, &new).await
+}
+
+fn deleting_reason(m: &Machine) -> Option<String> {
+    m.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Deleting" && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+fn drain_started(m: &Machine) -> Option<Timestamp> {
+    m.status.as_ref()?.extra.get("deletion")?.get("nodeDrainStartTime")?.as_str()?.parse().ok()
+}
+
+async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Action, Error> {
+    let key = key_of(m);
+    let infra = ctx.infra_of(m);
+    let node: Option<Arc<Node>> = m
+        .spec
+        .provider_id
+        .as_deref()
+        .and_then(|p| ctx.node_by_provider_id(p))
+        .or_else(|| m.status.as_ref().and_then(|s| s.node_ref.as_ref()).and_then(|r| ctx.node(&r.name)));
+    let now = Timestamp::now();
+    let reason = deleting_reason(m);
+    let step = deletion_step(&DeletionObservation {
+        machine: m,
+        infra: infra.as_deref(),
+        node: node.as_deref(),
+        drained: reason.as_deref().is_some_and(|r| DRAINED_REASONS.contains(&r)),
+        drain_started: drain_started(m),
+        now,
+    });
+    tracing::debug!(machine = %key, ?step, "deletion step");
+    match step {
+        DeletionStep::WaitForPreDrainHooks(hooks) => {
+            deleting_status(api, m, "WaitingForPreDrainHook", &format!("waiting for {}", hooks.join(", ")), None)
+                .await?;
+            Ok(Action::await_change())
+        }
+        DeletionStep::Drain { node, timeout } => {
+            let started = drain_started(m).unwrap_or(now);
+            deleting_status(api, m, "DrainingNode", &format!("draining Node {node}"), Some(started)).await?;
+            let Some(target) = &ctx.target else { return Ok(Action::requeue(Duration::ZERO)) };
+            let options = DrainOptions {
+                node: node.clone(),
+                timeout: timeout.unwrap_or(Duration::from_secs(365 * 24 * 3600)),
+                max_evict_retries: ctx.config.max_evict_retries,
+                evict_retry_interval: ctx.config.evict_retry_interval,
+                volume_detach_timeout: ctx.config.pv_detach_timeout,
+                volume_reattach_timeout: ctx.config.pv_reattach_timeout,
+                force: false,
+            };
+            let result = match drain::cordon(target, &node).await {
+                Ok(()) => drain::drain(ctx.drain.as_ref().unwrap_or(target), None, &options).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            // Re-read: the status changed above.
+            let fresh = api.get(&m.name_any()).await.map_err(|e| Error::kube("get", describe(m), e))?;
+            match result {
+                Ok(()) => {
+                    tracing::info!(machine = %key, node = %node, "drained");
+                    deleting_status(api, &fresh, "DrainingSucceeded", &format!("drained Node {node}"), None).await?;
+                    Ok(Action::requeue(Duration::ZERO))
+                }
+                Err(DrainError::Timeout { .. }) => {
+                    tracing::info!(machine = %key, node = %node, "drain timed out; going on without it");
+                    publish_to(
+                        &ctx.machine_events,
+                        m,
+                        EventSpec::warning(
+                            "DrainTimeout",
+                            format!(
+                                "draining Node {node} did not finish within nodeDrainTimeoutSeconds; deleting anyway"
+                            ),
+                        ),
+                    )
+                    .await;
+                    deleting_status(api, &fresh, "DrainingSucceeded", "drain timed out; going on", None).await?;
+                    Ok(Action::requeue(Duration::ZERO))
+                }
+                Err(e) => {
+                    tracing::info!(machine = %key, node = %node, error = %e, "drain failed; retrying");
+                    deleting_status(api, &fresh, "DrainingNode", &e.to_string(), None).await?;
+                    Ok(Action::requeue(ctx.config.evict_retry_interval))
+                }
+            }
+        }
+        DeletionStep::WaitForPreTerminateHooks(hooks) => {
+            deleting_status(api, m, "WaitingForPreTerminateHook", &format!("waiting for {}", hooks.join(", ")), None)
+                .await?;
+            Ok(Action::await_change())
+        }
+        DeletionStep::DeleteInfrastructure => {
+            let infra_api: Api<MCMMachine> = Api::namespaced(ctx.control.clone(), &m.namespace().unwrap_or_default());
+            let name = m.spec.infrastructure_ref.name.clone();
+            match infra_api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => tracing::info!(machine = %key, mcm_machine = %name, "deleting the MCMMachine"),
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => return Err(Error::kube("delete", format!("MCMMachine {name}"), e)),
+            }
+            deleting_status(
+                api,
+                m,
+                "WaitingForInfrastructureDeletion",
+                &format!("waiting for MCMMachine {name}"),
+                None,
+            )
+            .await?;
+            Ok(Action::await_change())
+        }
+        DeletionStep::WaitForInfrastructure => {
+            deleting_status(api, m, "WaitingForInfrastructureDeletion", "waiting for the MCMMachine to go", None)
+                .await?;
+            Ok(Action::await_change())
+        }
+        DeletionStep::DeleteNode(name) => {
+            if let Some(target) = &ctx.target {
+                let nodes: Api<Node> = Api::all(target.clone());
+                match nodes.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => tracing::info!(machine = %key, node = %name, "deleted the Node"),
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => return Err(Error::kube("delete", format!("Node {name}"), e)),
+                }
+            }
+            deleting_status(api, m, "DeletingNode", &format!("deleting Node {name}"), None).await?;
+            Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        DeletionStep::RemoveFinalizer => {
+            tracing::info!(machine = %key, "deleted");
+            writes::remove_finalizer(api, m, MACHINE_FINALIZER).await?;
+            Ok(Action::await_change())
+        }
+    }
+}

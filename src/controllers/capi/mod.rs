@@ -1,0 +1,382 @@
+//! Mode "CAPI with MCM core": our MachineDeployment, MachineSet and Machine controllers on `cluster.x-k8s.io/v1beta2`
+//! objects, for clusters without upstream CAPI core and for `mcm dev` (`docs/capi-mode.md`).
+//!
+//! The decisions are the MCM flavour's, reached through the conversion layer (`convert`): a reconcile converts the
+//! CAPI objects to hub values, calls `lifecycle` (`machine_set::plan_replicas`, `machine_deployment::plan_deployment`,
+//! the status computations), converts the resulting objects and patches back, and writes them to the CAPI objects.
+//! The Machine controller's decisions are `lifecycle::capi_machine`. VMs are the infrastructure provider's business:
+//! a Machine waits for its MCMMachine (created by the MachineSet controller as a clone of the template) to report
+//! `status.initialization.provisioned`.
+//!
+//! The controllers refuse to start when upstream CAPI core's finalizers are found on the objects (both would act on
+//! them).
+
+mod machine;
+mod machine_deployment;
+mod machine_set;
+mod written;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use futures::{Stream, StreamExt, stream};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::runtime::Controller;
+use kube::runtime::controller::Config as ControllerConfig;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::context::{RetryBook, lock};
+use super::informer::{Informer, Notice};
+use super::sets::SetOptions;
+use super::{ControllerOptions, refs};
+use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
+use crate::api::infra::MCMMachine;
+use crate::lifecycle::MachineConfig;
+use crate::lifecycle::claim::controller_of;
+use crate::lifecycle::machine_deployment::validation::selector_matches;
+
+/// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
+pub const UPSTREAM_CORE_FINALIZERS: [&str; 3] =
+    ["cluster.x-k8s.io/machinedeployment", "cluster.x-k8s.io/machineset", "machine.cluster.x-k8s.io"];
+
+/// Whether upstream CAPI core's controllers hold `meta` (one of their finalizers is on it).
+pub fn held_by_upstream_core(meta: &ObjectMeta) -> bool {
+    meta.finalizers.iter().flatten().any(|f| UPSTREAM_CORE_FINALIZERS.contains(&f.as_str()))
+}
+
+/// What the three controllers share.
+pub(crate) struct CapiContext {
+    pub control: Client,
+    pub target: Option<Client>,
+    pub drain: Option<Client>,
+    pub config: MachineConfig,
+    pub machines: Store<Machine>,
+    pub sets: Store<MachineSet>,
+    pub deployments: Store<MachineDeployment>,
+    pub infra: Store<MCMMachine>,
+    pub nodes: Option<Store<Node>>,
+    pub ready: Vec<watch::Receiver<bool>>,
+    pub set_events: Recorder,
+    pub deployment_events: Recorder,
+    pub machine_events: Recorder,
+    pub retries: RetryBook,
+    pub options: SetOptions,
+    /// The generation of each invalid object last reported, so a spec is reported once.
+    pub reported: Mutex<HashMap<String, i64>>,
+}
+
+impl CapiContext {
+    async fn ready(&self) {
+        for ready in &self.ready {
+            let _ = ready.clone().wait_for(|r| *r).await;
+        }
+    }
+
+    fn first_report(&self, object: &str, generation: i64) -> bool {
+        lock(&self.reported).insert(object.to_string(), generation) != Some(generation)
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.as_ref()?.get(&ObjectRef::new(name))
+    }
+
+    /// The Node whose `spec.providerID` is exactly `provider_id`.
+    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
+        self.nodes
+            .as_ref()?
+            .state()
+            .into_iter()
+            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
+    }
+
+    fn infra_of(&self, m: &Machine) -> Option<Arc<MCMMachine>> {
+        let r = &m.spec.infrastructure_ref;
+        if r.kind != "MCMMachine" {
+            return None;
+        }
+        self.infra.get(&ObjectRef::new(&r.name).within(&m.namespace().unwrap_or_default()))
+    }
+}
+
+/// The owner reference to a CAPI object of `kind` (`cluster.x-k8s.io/v1beta2`), as controller.
+pub(crate) fn capi_controller_ref(kind: &str, owner: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: format!("{}/{}", capi::GROUP, capi::VERSION),
+        kind: kind.to_string(),
+        name: owner.name.clone().unwrap_or_default(),
+        uid: owner.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// Owner references the hub decisions wrote with MCM's group, pointed at CAPI's.
+pub(crate) fn capi_owner_refs(meta: &mut ObjectMeta) {
+    for r in meta.owner_references.iter_mut().flatten() {
+        if r.api_version.starts_with(crate::api::mcm::GROUP) {
+            r.api_version = format!("{}/{}", capi::GROUP, capi::VERSION);
+        }
+    }
+}
+
+fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client, ns),
+        None => Api::all(client),
+    }
+}
+
+/// What [`start`] started.
+pub(crate) struct Started {
+    pub controllers: Vec<JoinHandle<()>>,
+    pub informers: Vec<JoinHandle<()>>,
+}
+
+/// Starts the CAPI MachineDeployment, MachineSet and Machine controllers (after checking that upstream CAPI core
+/// does not hold the objects). Subscribes to the Node informer, so call it before that runs.
+pub(crate) fn start(
+    control: Client,
+    target: Option<Client>,
+    drain: Option<Client>,
+    nodes: Option<&mut Informer<Node>>,
+    options: &ControllerOptions,
+    stop: watch::Receiver<bool>,
+) -> Started {
+    let ns = options.namespace.as_deref();
+    let mut machines: Informer<Machine> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut sets: Informer<MachineSet> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut deployments: Informer<MachineDeployment> =
+        Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut infra: Informer<MCMMachine> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let recorder =
+        |name: &str| Recorder::new(control.clone(), Reporter { controller: name.to_string(), instance: None });
+    let mut ready = vec![machines.ready(), sets.ready(), deployments.ready(), infra.ready()];
+    let mut node_notices = None;
+    let node_store = nodes.map(|n| {
+        ready.push(n.ready());
+        node_notices = Some(n.subscribe());
+        n.store()
+    });
+    let ctx = Arc::new(CapiContext {
+        control: control.clone(),
+        target,
+        drain,
+        config: options.machine.clone(),
+        machines: machines.store(),
+        sets: sets.store(),
+        deployments: deployments.store(),
+        infra: infra.store(),
+        nodes: node_store,
+        ready,
+        set_events: recorder("machineset-controller"),
+        deployment_events: recorder("machinedeployment-controller"),
+        machine_events: recorder("machine-controller"),
+        retries: RetryBook::default(),
+        options: options.sets.clone(),
+        reported: Mutex::default(),
+    });
+    let shutdown = move || {
+        let mut stop = stop.clone();
+        async move {
+            let _ = stop.wait_for(|s| *s).await;
+        }
+    };
+    let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
+
+    let set_triggers = set_triggers(&mut sets, &mut machines, &ctx);
+    let set_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.sets.clone())
+        .reconcile_on(set_triggers)
+        .with_config(config.clone())
+        .graceful_shutdown_on(shutdown())
+        .run(machine_set::reconcile, machine_set::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, &mut machines, &ctx);
+    let deployment_controller =
+        Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.deployments.clone())
+            .reconcile_on(deployment_triggers)
+            .with_config(config.clone())
+            .graceful_shutdown_on(shutdown())
+            .run(machine_deployment::reconcile, machine_deployment::error_policy, ctx.clone())
+            .for_each(|_| futures::future::ready(()));
+
+    let machine_triggers = machine_triggers(&mut machines, &mut infra, node_notices, &ctx);
+    let machine_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
+        .reconcile_on(machine_triggers)
+        .with_config(config)
+        .graceful_shutdown_on(shutdown())
+        .run(machine::reconcile, machine::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let guard = ctx.clone();
+    let controllers = async move {
+        guard.ready().await;
+        let held = guard.deployments.state().iter().any(|o| held_by_upstream_core(&o.metadata))
+            || guard.sets.state().iter().any(|o| held_by_upstream_core(&o.metadata))
+            || guard.machines.state().iter().any(|o| held_by_upstream_core(&o.metadata));
+        if held {
+            tracing::error!(
+                "upstream Cluster API core manages these cluster.x-k8s.io objects (its finalizers are on them); \
+                 not starting the MCM core controllers for them (see docs/capi-mode.md)"
+            );
+            return;
+        }
+        tracing::info!("CAPI MachineDeployment, MachineSet and Machine controllers (MCM core) started");
+        futures::join!(set_controller, deployment_controller, machine_controller);
+    };
+    Started {
+        controllers: vec![tokio::spawn(controllers)],
+        informers: vec![
+            tokio::spawn(machines.run()),
+            tokio::spawn(sets.run()),
+            tokio::spawn(deployments.run()),
+            tokio::spawn(infra.run()),
+        ],
+    }
+}
+
+fn controller_named(meta: &ObjectMeta, kind: &str) -> Option<(String, String)> {
+    controller_of(meta)
+        .filter(|r| r.kind == kind && r.api_version.starts_with(capi::GROUP))
+        .map(|r| (meta.namespace.clone().unwrap_or_default(), r.name.clone()))
+}
+
+fn selects(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, meta: &ObjectMeta) -> bool {
+    let empty = selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
+        && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
+    !empty && selector_matches(selector, meta.labels.as_ref().unwrap_or(&Default::default()))
+}
+
+fn sets_of_machine(store: &Store<MachineSet>, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
+    if controller_of(&m.metadata).is_some() {
+        return controller_named(&m.metadata, "MachineSet")
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            .into_iter()
+            .collect();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|s| s.namespace() == m.namespace() && selects(&s.spec.selector, &m.metadata))
+        .map(|s| ObjectRef::from_obj(&**s))
+        .collect()
+}
+
+fn deployments_of_set(store: &Store<MachineDeployment>, s: &MachineSet) -> Vec<ObjectRef<MachineDeployment>> {
+    if controller_of(&s.metadata).is_some() {
+        return controller_named(&s.metadata, "MachineDeployment")
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            .into_iter()
+            .collect();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|d| d.namespace() == s.namespace() && selects(&d.spec.selector, &s.metadata))
+        .map(|d| ObjectRef::from_obj(&**d))
+        .collect()
+}
+
+fn set_triggers(
+    sets: &mut Informer<MachineSet>,
+    machines: &mut Informer<Machine>,
+    ctx: &Arc<CapiContext>,
+) -> impl Stream<Item = ObjectRef<MachineSet>> + Send + 'static {
+    let own = refs(sets.subscribe(), |n| match n {
+        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
+        Notice::Deleted(_) => None,
+    });
+    let store = ctx.sets.clone();
+    let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| sets_of_machine(&store, n.object()));
+    stream::select_all(vec![own.boxed(), by_machine.boxed()])
+}
+
+fn deployment_triggers(
+    deployments: &mut Informer<MachineDeployment>,
+    sets: &mut Informer<MachineSet>,
+    machines: &mut Informer<Machine>,
+    ctx: &Arc<CapiContext>,
+) -> impl Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static {
+    let own = refs(deployments.subscribe(), |n| match n {
+        Notice::Applied(d) => Some(ObjectRef::from_obj(&*d)),
+        Notice::Deleted(_) => None,
+    });
+    let store = ctx.deployments.clone();
+    let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| deployments_of_set(&store, n.object()));
+    let c = ctx.clone();
+    let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
+        let (ns, set) = controller_named(&n.object().metadata, "MachineSet")?;
+        let set = c.sets.get(&ObjectRef::new(&set).within(&ns))?;
+        controller_named(&set.metadata, "MachineDeployment").map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+    });
+    stream::select_all(vec![own.boxed(), by_set.boxed(), by_machine.boxed()])
+}
+
+fn machine_triggers(
+    machines: &mut Informer<Machine>,
+    infra: &mut Informer<MCMMachine>,
+    nodes: Option<tokio::sync::mpsc::UnboundedReceiver<Notice<Node>>>,
+    ctx: &Arc<CapiContext>,
+) -> impl Stream<Item = ObjectRef<Machine>> + Send + 'static {
+    let own = refs(machines.subscribe(), |n| match n {
+        Notice::Applied(m) => Some(ObjectRef::from_obj(&*m)),
+        Notice::Deleted(_) => None,
+    });
+    // An MCMMachine belongs to the Machine owning it, or (before the owner reference) to the one of its name.
+    let by_infra = refs(infra.subscribe(), |n: Notice<MCMMachine>| {
+        let i = n.object();
+        let ns = i.namespace().unwrap_or_default();
+        let owner = i
+            .owner_references()
+            .iter()
+            .find(|r| r.kind == "Machine" && r.api_version.starts_with(capi::GROUP))
+            .map(|r| r.name.clone())
+            .unwrap_or_else(|| i.name_any());
+        Some(ObjectRef::new(&owner).within(&ns))
+    });
+    let mut all = vec![own.boxed(), by_infra.boxed()];
+    if let Some(nodes) = nodes {
+        let store = ctx.machines.clone();
+        all.push(
+            refs(nodes, move |n: Notice<Node>| {
+                let node = n.object();
+                let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
+                let name = node.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|m| {
+                        provider_id.is_some() && m.spec.provider_id == provider_id
+                            || m.status.as_ref().and_then(|s| s.node_ref.as_ref()).is_some_and(|r| r.name == name)
+                    })
+                    .map(|m| ObjectRef::from_obj(&**m))
+                    .collect::<Vec<_>>()
+            })
+            .boxed(),
+        );
+    }
+    stream::select_all(all)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_core_is_recognised_by_its_finalizers() {
+        let meta = |f: &str| ObjectMeta { finalizers: Some(vec![f.to_string()]), ..Default::default() };
+        assert!(held_by_upstream_core(&meta("cluster.x-k8s.io/machineset")));
+        assert!(held_by_upstream_core(&meta("machine.cluster.x-k8s.io")));
+        assert!(!held_by_upstream_core(&meta(crate::lifecycle::capi_machine::MACHINE_FINALIZER)));
+        assert!(!held_by_upstream_core(&ObjectMeta::default()));
+    }
+}

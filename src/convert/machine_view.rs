@@ -1,0 +1,182 @@
+//! CAPI Machines as the MachineSet and MachineDeployment decisions see them (hub Machines), and the CAPI Machine a
+//! hub Machine made from a set's template becomes.
+//!
+//! This is the part of the Machine conversion the set logic needs: metadata, the template-derived spec, the phase
+//! (`capi-contract.md` §11: Provisioned ≈ Available, Deleting ≈ Terminating) and the deletion priority. MCM-only
+//! states (Failed, CrashLoopBackOff) come from the MCMMachine's `status.currentStatus`, where the infrastructure
+//! provider records them.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::template::{template_from_capi, template_to_capi};
+use crate::api::capi::{self, DELETE_MACHINE_ANNOTATION, TemplateObjectMeta};
+use crate::api::infra::MCMMachine;
+use crate::api::mcm::{self, CurrentStatus, MachinePhase};
+
+/// `machinepriority.machine.sapcloud.io`: MCM's deletion priority (lower goes first).
+const PRIORITY: &str = "machinepriority.machine.sapcloud.io";
+/// The hub label naming a machine's Node.
+const NODE_LABEL: &str = "node";
+
+/// CAPI v1beta2 Machine phases.
+pub mod phase {
+    /// No infrastructure yet.
+    pub const PENDING: &str = "Pending";
+    /// Bootstrap data is there; the infrastructure is being provisioned.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// The infrastructure exists (providerID known); no Node yet.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The Node is linked.
+    pub const RUNNING: &str = "Running";
+    /// Being deleted.
+    pub const DELETING: &str = "Deleting";
+    /// Deprecated in CAPI; kept for MCM's Failed (creation or health timeout).
+    pub const FAILED: &str = "Failed";
+    /// The state cannot be determined.
+    pub const UNKNOWN: &str = "Unknown";
+}
+
+/// MCM's phase for a CAPI phase. `None` is MCM's "being created".
+pub fn hub_phase(capi_phase: Option<&str>) -> Option<MachinePhase> {
+    match capi_phase? {
+        phase::PROVISIONED => Some(MachinePhase::Available),
+        phase::RUNNING => Some(MachinePhase::Running),
+        phase::DELETING | "Deleted" => Some(MachinePhase::Terminating),
+        phase::FAILED => Some(MachinePhase::Failed),
+        phase::UNKNOWN => Some(MachinePhase::Unknown),
+        "Updating" => Some(MachinePhase::InPlaceUpdating),
+        // Pending, Provisioning, anything new: still being created.
+        _ => None,
+    }
+}
+
+/// The hub Machine for a CAPI Machine (and its MCMMachine, when known).
+pub fn machine_to_hub(m: &capi::Machine, infra: Option<&MCMMachine>) -> mcm::Machine {
+    let mut metadata = m.metadata.clone();
+    let template = template_from_capi(&capi::MachineTemplateSpec {
+        metadata: Some(TemplateObjectMeta { labels: None, annotations: metadata.annotations.clone() }),
+        spec: m.spec.clone(),
+    });
+    metadata.annotations = template.metadata.and_then(|t| t.annotations);
+    let annotations = metadata.annotations.get_or_insert_with(Default::default);
+    if annotations.contains_key(DELETE_MACHINE_ANNOTATION) && !annotations.contains_key(PRIORITY) {
+        annotations.insert(PRIORITY.to_string(), "1".to_string());
+    }
+    if let Some(node) = m.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
+        metadata.labels.get_or_insert_with(Default::default).insert(NODE_LABEL.to_string(), node.name.clone());
+    }
+    let infra_status = infra.and_then(|i| i.status.as_ref());
+    let mcm_phase = infra_status.and_then(|s| s.current_status.as_ref()).and_then(|c| c.phase.clone());
+    let phase = match mcm_phase {
+        Some(p @ (MachinePhase::Failed | MachinePhase::CrashLoopBackOff)) => Some(p),
+        _ => hub_phase(m.status.as_ref().and_then(|s| s.phase.as_deref())),
+    };
+    let last_update_time = m.status.as_ref().and_then(|s| s.last_updated.clone());
+    mcm::Machine {
+        metadata,
+        spec: template.spec.unwrap_or_default(),
+        status: Some(mcm::MachineStatus {
+            current_status: Some(CurrentStatus { phase, last_update_time, ..Default::default() }),
+            last_operation: infra_status.and_then(|s| s.last_operation.clone()),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The CAPI Machine for a hub Machine made from a set's template (`lifecycle::machine_set::machines`): its
+/// metadata, and the spec from the template's conversion data (cluster name, bootstrap, version...).
+pub fn machine_from_hub(hub: &mcm::Machine) -> capi::Machine {
+    let template = template_to_capi(&mcm::MachineTemplateSpec {
+        metadata: Some(ObjectMeta { annotations: hub.metadata.annotations.clone(), ..Default::default() }),
+        spec: Some(hub.spec.clone()),
+    });
+    let mut metadata = hub.metadata.clone();
+    metadata.annotations = template.metadata.and_then(|t| t.annotations);
+    capi::Machine { metadata, spec: template.spec, status: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::capi::{Bootstrap, ContractVersionedObjectReference, MachineNodeReference};
+
+    fn capi_machine(phase: Option<&str>, annotations: &[(&str, &str)]) -> capi::Machine {
+        let mut m = capi::Machine::new(
+            "m1",
+            capi::MachineSpec {
+                cluster_name: "c".into(),
+                bootstrap: Bootstrap { config_ref: None, data_secret_name: Some("boot".into()) },
+                infrastructure_ref: ContractVersionedObjectReference {
+                    api_group: "infrastructure.cluster.x-k8s.io".into(),
+                    kind: "MCMMachine".into(),
+                    name: "m1".into(),
+                },
+                ..Default::default()
+            },
+        );
+        m.metadata.annotations =
+            Some(annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>())
+                .filter(|a| !a.is_empty());
+        m.status = Some(capi::MachineStatus {
+            phase: phase.map(str::to_string),
+            node_ref: Some(MachineNodeReference { name: "node-1".into() }),
+            ..Default::default()
+        });
+        m
+    }
+
+    #[test]
+    fn phases() {
+        let cases = [
+            (None, None),
+            (Some("Pending"), None),
+            (Some("Provisioning"), None),
+            (Some("Provisioned"), Some(MachinePhase::Available)),
+            (Some("Running"), Some(MachinePhase::Running)),
+            (Some("Deleting"), Some(MachinePhase::Terminating)),
+            (Some("Failed"), Some(MachinePhase::Failed)),
+            (Some("Unknown"), Some(MachinePhase::Unknown)),
+        ];
+        for (capi, hub) in cases {
+            assert_eq!(hub_phase(capi), hub, "{capi:?}");
+        }
+    }
+
+    #[test]
+    fn delete_machine_is_priority_one() {
+        let hub = machine_to_hub(&capi_machine(Some("Running"), &[(DELETE_MACHINE_ANNOTATION, "")]), None);
+        assert_eq!(hub.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY)).map(String::as_str), Some("1"));
+        let own = machine_to_hub(&capi_machine(None, &[(DELETE_MACHINE_ANNOTATION, ""), (PRIORITY, "2")]), None);
+        assert_eq!(own.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY)).map(String::as_str), Some("2"));
+    }
+
+    #[test]
+    fn the_node_ref_is_the_node_label() {
+        let hub = machine_to_hub(&capi_machine(Some("Running"), &[]), None);
+        assert_eq!(hub.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL)).map(String::as_str), Some("node-1"));
+    }
+
+    #[test]
+    fn mcm_failed_wins_over_the_capi_phase() {
+        let mut infra = MCMMachine::new("m1", Default::default());
+        infra.status = Some(crate::api::infra::MCMMachineStatus {
+            current_status: Some(CurrentStatus { phase: Some(MachinePhase::CrashLoopBackOff), ..Default::default() }),
+            ..Default::default()
+        });
+        let hub = machine_to_hub(&capi_machine(Some("Provisioned"), &[]), Some(&infra));
+        let phase = hub.status.and_then(|s| s.current_status).and_then(|c| c.phase);
+        assert_eq!(phase, Some(MachinePhase::CrashLoopBackOff));
+    }
+
+    #[test]
+    fn a_machine_from_a_set_template_gets_the_capi_spec_back() {
+        let m = capi_machine(None, &[("keep", "me")]);
+        let mut hub = machine_to_hub(&m, None);
+        hub.status = None;
+        let back = machine_from_hub(&hub);
+        assert_eq!(back.spec, m.spec);
+        assert_eq!(back.metadata.annotations, m.metadata.annotations);
+    }
+}

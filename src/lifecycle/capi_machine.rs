@@ -1,0 +1,610 @@
+//! What CAPI core's Machine controller does, with MCM's semantics, as pure decisions: the phase, the status copied
+//! from the infrastructure machine, the Node link by exact providerID, MCM's creation and health timeouts, and the
+//! order of the deletion steps (pre-drain hooks, drain, pre-terminate hooks, the MCMMachine, the finalizer).
+//!
+//! Phases (`capi-contract.md` §11): Pending (no bootstrap data yet), Provisioning (waiting for the MCMMachine's
+//! `status.initialization.provisioned`), Provisioned (providerID known, no Node), Running (Node linked), Deleting,
+//! and Failed for MCM's timeouts (a machine without a Ready Node after `creationTimeout`, or whose Node stays not
+//! Ready for `healthTimeout`); the MachineSet replaces a Failed machine as MCM does.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::capi::{self, MachineAddress, MachineInitializationStatus, MachineNodeReference};
+use crate::api::infra::MCMMachine;
+
+/// The finalizer our Machine controller holds on CAPI Machines.
+pub const MACHINE_FINALIZER: &str = "capi.machine.sapcloud.io/machine";
+/// Annotations with this prefix hold the deletion before the drain.
+pub const PRE_DRAIN_HOOK_PREFIX: &str = "pre-drain.delete.hook.machine.cluster.x-k8s.io";
+/// Annotations with this prefix hold the deletion before the infrastructure machine is deleted.
+pub const PRE_TERMINATE_HOOK_PREFIX: &str = "pre-terminate.delete.hook.machine.cluster.x-k8s.io";
+/// Annotation skipping the drain (CAPI's).
+pub const EXCLUDE_DRAIN_ANNOTATION: &str = "machine.cluster.x-k8s.io/exclude-node-draining";
+
+/// Phases.
+pub use crate::convert::machine_view::phase;
+
+/// What the decision reads.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineObservation<'a> {
+    /// The Machine.
+    pub machine: &'a capi::Machine,
+    /// Its MCMMachine (`spec.infrastructureRef`), if it exists.
+    pub infra: Option<&'a MCMMachine>,
+    /// The Node whose `spec.providerID` equals the machine's, if any.
+    pub node: Option<&'a Node>,
+    /// The current time.
+    pub now: Timestamp,
+    /// MCM's creation timeout for this machine.
+    pub creation_timeout: Duration,
+    /// MCM's health timeout for this machine (`None`: disabled).
+    pub health_timeout: Option<Duration>,
+}
+
+/// What to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MachinePlan {
+    /// `spec.providerID` to set (copied from the MCMMachine), when it differs.
+    pub provider_id: Option<String>,
+    /// The status the Machine should have.
+    pub status: capi::MachineStatus,
+    /// Look again after this long (a timeout to watch).
+    pub requeue_after: Option<Duration>,
+}
+
+fn ready_of(node: &Node) -> Option<&k8s_openapi::api::core::v1::NodeCondition> {
+    node.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready")
+}
+
+fn infra_provisioned(infra: Option<&MCMMachine>) -> bool {
+    infra
+        .and_then(|i| i.status.as_ref())
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false)
+}
+
+fn infra_provider_id(infra: Option<&MCMMachine>) -> Option<&str> {
+    infra.and_then(|i| i.spec.provider_id.as_deref()).filter(|p| !p.is_empty())
+}
+
+/// A condition with its transition time kept when the status did not change.
+pub fn condition(
+    old: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let previous = old.iter().find(|c| c.type_ == type_);
+    let time = match previous {
+        Some(p) if p.status == status => p.last_transition_time.clone(),
+        _ => Time(now),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        last_transition_time: time,
+        observed_generation: None,
+    }
+}
+
+/// Replaces (or adds) conditions of the same types in `list`.
+pub fn merge_conditions(list: &mut Vec<Condition>, new: Vec<Condition>) {
+    for c in new {
+        match list.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(slot) => *slot = c,
+            None => list.push(c),
+        }
+    }
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    now.duration_since(since).try_into().unwrap_or(Duration::ZERO)
+}
+
+/// Decides the status of a Machine that is not being deleted.
+pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
+    let m = obs.machine;
+    let old = m.status.clone().unwrap_or_default();
+    let old_conditions = old.conditions.clone().unwrap_or_default();
+    let now = obs.now;
+    let bootstrap = m.spec.bootstrap.data_secret_name.as_ref().is_some_and(|s| !s.is_empty());
+    let provisioned = infra_provisioned(obs.infra);
+    let provider_id = infra_provider_id(obs.infra).map(str::to_string).or_else(|| m.spec.provider_id.clone());
+    let node_ready = obs.node.and_then(ready_of);
+    let healthy = node_ready.is_some_and(|c| c.status == "True");
+    let created = m.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
+
+    let mut requeue_after = None;
+    let was_failed = old.phase.as_deref() == Some(phase::FAILED);
+    // MCM's timeouts: no Ready Node within the creation timeout; a Node not Ready for the health timeout.
+    let failure = if was_failed {
+        Some(("Failed", "the machine failed earlier; the MachineSet replaces it".to_string()))
+    } else if obs.node.is_none() || (!healthy && old.phase.as_deref() != Some(phase::RUNNING)) {
+        let age = elapsed(created, now);
+        if age >= obs.creation_timeout {
+            Some((
+                "CreationTimeout",
+                format!("no Ready Node within the creation timeout of {}s", obs.creation_timeout.as_secs()),
+            ))
+        } else {
+            requeue_after = Some(obs.creation_timeout - age);
+            None
+        }
+    } else if !healthy && let (Some(timeout), Some(ready)) = (obs.health_timeout, node_ready) {
+        let since = ready.last_transition_time.as_ref().map_or(now, |t| t.0);
+        let unhealthy_for = elapsed(since, now);
+        if unhealthy_for >= timeout {
+            Some(("HealthTimeout", format!("the Node was not Ready for the health timeout of {}s", timeout.as_secs())))
+        } else {
+            requeue_after = Some(timeout - unhealthy_for);
+            None
+        }
+    } else {
+        None
+    };
+
+    let phase = if failure.is_some() {
+        phase::FAILED
+    } else if obs.node.is_some() {
+        phase::RUNNING
+    } else if provisioned && provider_id.is_some() {
+        phase::PROVISIONED
+    } else if bootstrap {
+        phase::PROVISIONING
+    } else {
+        phase::PENDING
+    };
+
+    let infra_ready = obs
+        .infra
+        .and_then(|i| i.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+    let infra_message = infra_ready.map(|c| c.message.clone()).unwrap_or_default();
+    let mut conditions = vec![
+        condition(
+            &old_conditions,
+            "BootstrapConfigReady",
+            bootstrap,
+            if bootstrap { "DataSecretAvailable" } else { "DataSecretNotAvailable" },
+            "",
+            now,
+        ),
+        condition(
+            &old_conditions,
+            "InfrastructureReady",
+            provisioned,
+            match (obs.infra.is_some(), provisioned) {
+                (false, _) => "InfrastructureMachineNotFound",
+                (true, false) => "NotProvisioned",
+                (true, true) => "Provisioned",
+            },
+            &infra_message,
+            now,
+        ),
+        condition(
+            &old_conditions,
+            "NodeReady",
+            healthy,
+            match (obs.node.is_some(), healthy) {
+                (false, _) => "NodeDoesNotExist",
+                (true, false) => "NodeNotReady",
+                (true, true) => "NodeReady",
+            },
+            "",
+            now,
+        ),
+        condition(
+            &old_conditions,
+            "NodeHealthy",
+            healthy && failure.is_none(),
+            if healthy { "NodeHealthy" } else { "NodeNotHealthy" },
+            "",
+            now,
+        ),
+    ];
+    let ready = healthy && failure.is_none();
+    let (reason, message) = match &failure {
+        Some((reason, message)) => (reason.to_string(), message.clone()),
+        None if ready => ("Ready".to_string(), String::new()),
+        None => ("NotReady".to_string(), format!("phase {phase}")),
+    };
+    conditions.push(condition(&old_conditions, "Ready", ready, &reason, &message, now));
+    conditions.push(condition(
+        &old_conditions,
+        "Available",
+        ready,
+        if ready { "Available" } else { "NotReady" },
+        "",
+        now,
+    ));
+    conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
+    let mut all = old_conditions;
+    merge_conditions(&mut all, conditions);
+
+    let infra_status = obs.infra.and_then(|i| i.status.as_ref());
+    let addresses: Option<Vec<MachineAddress>> =
+        infra_status.and_then(|s| s.addresses.clone()).or(old.addresses.clone());
+    let failure_domain = infra_status.and_then(|s| s.failure_domain.clone()).or(old.failure_domain.clone());
+    let last_updated = if old.phase.as_deref() == Some(phase) { old.last_updated.clone() } else { Some(Time(now)) };
+    let status = capi::MachineStatus {
+        conditions: Some(all),
+        node_ref: obs
+            .node
+            .and_then(|n| n.metadata.name.clone())
+            .map(|name| MachineNodeReference { name })
+            .or(old.node_ref.clone()),
+        last_updated,
+        failure_domain,
+        addresses,
+        phase: Some(phase.to_string()),
+        observed_generation: m.metadata.generation,
+        initialization: Some(MachineInitializationStatus {
+            infrastructure_provisioned: provisioned
+                .then_some(true)
+                .or(old.initialization.as_ref().and_then(|i| i.infrastructure_provisioned)),
+            bootstrap_data_secret_created: bootstrap.then_some(true),
+        }),
+        extra: old.extra.clone(),
+    };
+    let provider_id = provider_id.filter(|p| m.spec.provider_id.as_deref() != Some(p.as_str()));
+    MachinePlan { provider_id, status, requeue_after }
+}
+
+/// The next step of a Machine's deletion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionStep {
+    /// A `pre-drain.delete.hook…` annotation holds the deletion.
+    WaitForPreDrainHooks(Vec<String>),
+    /// Cordon and drain the Node, with what is left of the drain timeout (`None`: no limit).
+    Drain {
+        /// The Node.
+        node: String,
+        /// What is left of `spec.deletion.nodeDrainTimeoutSeconds`, counted from the drain's start.
+        timeout: Option<Duration>,
+    },
+    /// A `pre-terminate.delete.hook…` annotation holds the deletion.
+    WaitForPreTerminateHooks(Vec<String>),
+    /// Delete the MCMMachine.
+    DeleteInfrastructure,
+    /// The MCMMachine is being deleted: wait until it is gone.
+    WaitForInfrastructure,
+    /// Delete the Node (CAPI deletes the Node of a deleted Machine).
+    DeleteNode(String),
+    /// Everything is gone: remove the finalizer.
+    RemoveFinalizer,
+}
+
+/// What the deletion decision reads.
+#[derive(Clone, Debug)]
+pub struct DeletionObservation<'a> {
+    /// The Machine (being deleted).
+    pub machine: &'a capi::Machine,
+    /// Whether its MCMMachine exists, and whether it is being deleted.
+    pub infra: Option<&'a MCMMachine>,
+    /// Its Node, if any.
+    pub node: Option<&'a Node>,
+    /// The drain finished (or was skipped, or timed out) in an earlier pass: recorded in `status.deletion`.
+    pub drained: bool,
+    /// When the drain started (`status.deletion.nodeDrainStartTime`).
+    pub drain_started: Option<Timestamp>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+fn hooks(m: &capi::Machine, prefix: &str) -> Vec<String> {
+    m.metadata.annotations.iter().flatten().filter(|(k, _)| k.starts_with(prefix)).map(|(k, _)| k.clone()).collect()
+}
+
+/// The next deletion step: hooks, drain (skipped without a Node or with `exclude-node-draining`; after the drain
+/// timeout, CAPI goes on without it), hooks, the MCMMachine, the Node, the finalizer.
+pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
+    let m = obs.machine;
+    let pre_drain = hooks(m, PRE_DRAIN_HOOK_PREFIX);
+    let infra_gone = obs.infra.is_none();
+    if !pre_drain.is_empty() && !infra_gone {
+        return DeletionStep::WaitForPreDrainHooks(pre_drain);
+    }
+    let excluded = m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(EXCLUDE_DRAIN_ANNOTATION));
+    if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone())
+        && !obs.drained
+        && !excluded
+        && !infra_gone
+    {
+        let limit = m
+            .spec
+            .deletion
+            .as_ref()
+            .and_then(|d| d.node_drain_timeout_seconds)
+            .filter(|s| *s > 0)
+            .map(|s| Duration::from_secs(u64::from(s.unsigned_abs())));
+        let timeout =
+            limit.map(|l| l.saturating_sub(obs.drain_started.map_or(Duration::ZERO, |s| elapsed(s, obs.now))));
+        if timeout != Some(Duration::ZERO) {
+            return DeletionStep::Drain { node, timeout };
+        }
+    }
+    let pre_terminate = hooks(m, PRE_TERMINATE_HOOK_PREFIX);
+    if !pre_terminate.is_empty() && !infra_gone {
+        return DeletionStep::WaitForPreTerminateHooks(pre_terminate);
+    }
+    match obs.infra {
+        Some(i) if i.metadata.deletion_timestamp.is_none() => return DeletionStep::DeleteInfrastructure,
+        Some(_) => return DeletionStep::WaitForInfrastructure,
+        None => {}
+    }
+    if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone()) {
+        return DeletionStep::DeleteNode(node);
+    }
+    DeletionStep::RemoveFinalizer
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::api::capi::{Bootstrap, MachineDeletionSpec};
+    use crate::api::infra::{InitializationStatus, MCMMachineSpec, MCMMachineStatus};
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn machine(bootstrap: bool, annotations: &[&str]) -> capi::Machine {
+        let mut m = capi::Machine::new(
+            "m",
+            capi::MachineSpec {
+                bootstrap: Bootstrap { config_ref: None, data_secret_name: bootstrap.then(|| "boot".to_string()) },
+                deletion: Some(MachineDeletionSpec { node_drain_timeout_seconds: Some(60), ..Default::default() }),
+                ..Default::default()
+            },
+        );
+        m.metadata.creation_timestamp = Some(Time(t(0)));
+        m.metadata.annotations =
+            Some(annotations.iter().map(|a| (a.to_string(), String::new())).collect::<BTreeMap<_, _>>());
+        m
+    }
+
+    fn infra(provisioned: bool, deleting: bool) -> MCMMachine {
+        let mut i = MCMMachine::new(
+            "m",
+            MCMMachineSpec { provider_id: provisioned.then(|| "inmemory:///vm-1".to_string()), ..Default::default() },
+        );
+        i.status = Some(MCMMachineStatus {
+            initialization: Some(InitializationStatus { provisioned: Some(provisioned) }),
+            ..Default::default()
+        });
+        if deleting {
+            i.metadata.deletion_timestamp = Some(Time(t(0)));
+        }
+        i
+    }
+
+    fn node(ready: bool, since: i64) -> Node {
+        Node {
+            metadata: ObjectMeta { name: Some("n1".into()), ..Default::default() },
+            spec: Some(NodeSpec { provider_id: Some("inmemory:///vm-1".into()), ..Default::default() }),
+            status: Some(NodeStatus {
+                conditions: Some(vec![NodeCondition {
+                    type_: "Ready".into(),
+                    status: if ready { "True" } else { "False" }.into(),
+                    last_transition_time: Some(Time(t(since))),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn phases_table() {
+        let (ip, inp) = (infra(true, false), infra(false, false));
+        let (ready, not_ready) = (node(true, 10), node(false, 10));
+        let ten_min = Duration::from_secs(600);
+        // (case, bootstrap, infra, node, now, previous phase, expected phase, provider id to copy)
+        let cases: Vec<(&str, bool, Option<&MCMMachine>, Option<&Node>, i64, Option<&str>, &str, Option<&str>)> = vec![
+            ("no bootstrap data", false, None, None, 5, None, phase::PENDING, None),
+            ("bootstrap data, no MCMMachine", true, None, None, 5, None, phase::PROVISIONING, None),
+            ("not provisioned", true, Some(&inp), None, 5, None, phase::PROVISIONING, None),
+            ("provisioned, no node", true, Some(&ip), None, 5, None, phase::PROVISIONED, Some("inmemory:///vm-1")),
+            ("node", true, Some(&ip), Some(&ready), 5, None, phase::RUNNING, Some("inmemory:///vm-1")),
+            ("creation timeout", true, Some(&ip), None, 601, None, phase::FAILED, Some("inmemory:///vm-1")),
+            (
+                "never-ready node, creation timeout",
+                true,
+                Some(&ip),
+                Some(&not_ready),
+                601,
+                None,
+                phase::FAILED,
+                Some("inmemory:///vm-1"),
+            ),
+            (
+                "running node not ready a while",
+                true,
+                Some(&ip),
+                Some(&not_ready),
+                100,
+                Some(phase::RUNNING),
+                phase::RUNNING,
+                Some("inmemory:///vm-1"),
+            ),
+            (
+                "health timeout",
+                true,
+                Some(&ip),
+                Some(&not_ready),
+                611,
+                Some(phase::RUNNING),
+                phase::FAILED,
+                Some("inmemory:///vm-1"),
+            ),
+            (
+                "failed stays failed",
+                true,
+                Some(&ip),
+                Some(&ready),
+                5,
+                Some(phase::FAILED),
+                phase::FAILED,
+                Some("inmemory:///vm-1"),
+            ),
+        ];
+        for (name, bootstrap, infra, node, now, previous, expected, provider_id) in cases {
+            let mut m = machine(bootstrap, &[]);
+            m.status = previous.map(|p| capi::MachineStatus { phase: Some(p.into()), ..Default::default() });
+            let plan = plan_machine(&MachineObservation {
+                machine: &m,
+                infra,
+                node,
+                now: t(now),
+                creation_timeout: ten_min,
+                health_timeout: Some(ten_min),
+            });
+            assert_eq!(plan.status.phase.as_deref(), Some(expected), "{name}");
+            assert_eq!(plan.provider_id.as_deref(), provider_id, "{name}");
+            let ready = plan.status.conditions.iter().flatten().find(|c| c.type_ == "Ready").map(|c| c.status.as_str());
+            let healthy = node.is_some_and(|n| n.status == ready_node().status);
+            let want = if expected == phase::RUNNING && healthy { "True" } else { "False" };
+            assert_eq!(ready, Some(want), "{name}");
+        }
+    }
+
+    fn ready_node() -> Node {
+        node(true, 10)
+    }
+
+    #[test]
+    fn conditions_keep_their_transition_time() {
+        let m = machine(true, &[]);
+        let n = node(true, 10);
+        let i = infra(true, false);
+        let obs = |m: &capi::Machine, now| {
+            plan_machine(&MachineObservation {
+                machine: m,
+                infra: Some(&i),
+                node: Some(&n),
+                now: t(now),
+                creation_timeout: Duration::from_secs(600),
+                health_timeout: None,
+            })
+        };
+        let first = obs(&m, 5);
+        let mut m2 = m.clone();
+        m2.status = Some(first.status.clone());
+        let second = obs(&m2, 50);
+        assert_eq!(first.status, second.status, "nothing changed: nothing to write");
+    }
+
+    #[test]
+    fn deletion_steps_table() {
+        let n = node(true, 0);
+        let (i, gone) = (infra(true, false), infra(true, true));
+        // (case, annotations, infra, node, drained, drain started, now, step)
+        let cases: Vec<(&str, Vec<&str>, Option<&MCMMachine>, Option<&Node>, bool, Option<i64>, i64, DeletionStep)> = vec![
+            (
+                "pre-drain hook",
+                vec!["pre-drain.delete.hook.machine.cluster.x-k8s.io/x"],
+                Some(&i),
+                Some(&n),
+                false,
+                None,
+                0,
+                DeletionStep::WaitForPreDrainHooks(vec!["pre-drain.delete.hook.machine.cluster.x-k8s.io/x".into()]),
+            ),
+            (
+                "drain",
+                vec![],
+                Some(&i),
+                Some(&n),
+                false,
+                None,
+                0,
+                DeletionStep::Drain { node: "n1".into(), timeout: Some(Duration::from_secs(60)) },
+            ),
+            (
+                "drain, time left",
+                vec![],
+                Some(&i),
+                Some(&n),
+                false,
+                Some(0),
+                45,
+                DeletionStep::Drain { node: "n1".into(), timeout: Some(Duration::from_secs(15)) },
+            ),
+            (
+                "drain timed out: go on",
+                vec![],
+                Some(&i),
+                Some(&n),
+                false,
+                Some(0),
+                61,
+                DeletionStep::DeleteInfrastructure,
+            ),
+            (
+                "excluded from draining",
+                vec![EXCLUDE_DRAIN_ANNOTATION],
+                Some(&i),
+                Some(&n),
+                false,
+                None,
+                0,
+                DeletionStep::DeleteInfrastructure,
+            ),
+            (
+                "drained, pre-terminate hook",
+                vec!["pre-terminate.delete.hook.machine.cluster.x-k8s.io/y"],
+                Some(&i),
+                Some(&n),
+                true,
+                None,
+                0,
+                DeletionStep::WaitForPreTerminateHooks(vec![
+                    "pre-terminate.delete.hook.machine.cluster.x-k8s.io/y".into(),
+                ]),
+            ),
+            ("drained", vec![], Some(&i), Some(&n), true, None, 0, DeletionStep::DeleteInfrastructure),
+            ("no node", vec![], Some(&i), None, false, None, 0, DeletionStep::DeleteInfrastructure),
+            ("infra deleting", vec![], Some(&gone), Some(&n), true, None, 0, DeletionStep::WaitForInfrastructure),
+            ("infra gone, node left", vec![], None, Some(&n), false, None, 0, DeletionStep::DeleteNode("n1".into())),
+            ("all gone", vec![], None, None, false, None, 0, DeletionStep::RemoveFinalizer),
+            (
+                "hooks do not hold a machine whose infra is gone",
+                vec!["pre-terminate.delete.hook.machine.cluster.x-k8s.io/y"],
+                None,
+                None,
+                false,
+                None,
+                0,
+                DeletionStep::RemoveFinalizer,
+            ),
+        ];
+        for (name, annotations, infra, node, drained, started, now, expected) in cases {
+            let m = machine(true, &annotations);
+            let step = deletion_step(&DeletionObservation {
+                machine: &m,
+                infra,
+                node,
+                drained,
+                drain_started: started.map(t),
+                now: t(now),
+            });
+            assert_eq!(step, expected, "{name}");
+        }
+    }
+}
