@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// Requests each cluster's client may send at once after a quiet spell.
     #[arg(long, value_name = "N", default_value_t = 30)]
     pub kube_api_burst: u32,
+    /// Driver (cloud API) calls per second per provider, on average (0, the default, turns the limit off).
+    #[arg(long, value_name = "QPS", default_value_t = 0.0)]
+    pub cloud_api_qps: f64,
+    /// Driver calls per provider that may go at once after a quiet spell.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub cloud_api_burst: u32,
     /// Log lines as `text` or `json`.
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     pub log_format: LogFormat,
@@ -154,6 +160,7 @@ impl RunArgs {
             kubeconfig: self.kubeconfig.clone(),
             target,
             rate_limit: RateLimit { qps: self.kube_api_qps, burst: self.kube_api_burst },
+            cloud_rate_limit: RateLimit { qps: self.cloud_api_qps, burst: self.cloud_api_burst },
             leader,
             metrics_addr: address("--metrics-bind-address", &self.metrics_bind_address)?,
             health_addr: address("--health-probe-bind-address", &self.health_probe_bind_address)?,
@@ -206,6 +213,7 @@ mod tests {
             "--kube-api-qps=50",
             "--machine-creation-timeout=1m",
             "--safety-up=4",
+            "--cloud-api-qps=2.5",
         ])
         .unwrap();
         assert_eq!(o.target, Target::None);
@@ -217,6 +225,7 @@ mod tests {
         assert_eq!(o.rate_limit.qps, 50.0, "the last occurrence wins (config file flags come first)");
         assert_eq!(o.controllers.machine.creation_timeout, std::time::Duration::from_secs(60));
         assert_eq!(o.controllers.sets.freeze.safety_up, 4);
+        assert_eq!(o.cloud_rate_limit, RateLimit { qps: 2.5, burst: 10 });
         assert_eq!(options(&["--namespace=x"]).unwrap().leader.unwrap().namespace, "x");
     }
 

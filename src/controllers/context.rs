@@ -162,6 +162,8 @@ pub(crate) struct Context {
     pub permits: Permits,
     /// The API-server freeze (MCM's safety controller): machine reconciles wait while it is on.
     pub freeze: Arc<FreezeFlag>,
+    /// Reconcile and drain metrics.
+    pub metrics: super::ReconcileMetrics,
 }
 
 impl Context {

@@ -206,6 +206,7 @@ impl Controllers {
             creating: InFlight::default(),
             permits: Permits::default(),
             freeze: freeze.clone(),
+            metrics: options.metrics.clone(),
         });
 
         let (stop, stopped) = watch::channel(false);

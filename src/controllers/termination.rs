@@ -180,7 +180,11 @@ async fn drain_node(machine: &Machine, ctx: &Context, now: Timestamp, effective:
     if let Some(reason) = force {
         tracing::info!(machine = %key_of(machine), ?reason, node = %options.node, "forcing the drain");
     }
+    let started = std::time::Instant::now();
     let result = prepare_and_drain(machine, ctx, target, &options, now).await;
+    if let Ok(Some(_)) = &result {
+        ctx.metrics.drained(machine.namespace().as_deref().unwrap_or_default(), started.elapsed());
+    }
     match &result {
         Ok(Some(done)) => {
             let note = format!(

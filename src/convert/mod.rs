@@ -20,8 +20,8 @@
 
 mod data;
 mod deployment;
-mod machine_set;
 pub mod machine;
+mod machine_set;
 pub mod machine_view;
 mod template;
 

@@ -10,6 +10,7 @@ pub mod aws;
 pub mod conformance;
 mod error;
 pub mod inmemory;
+pub mod limit;
 mod types;
 
 use std::collections::BTreeMap;

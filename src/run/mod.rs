@@ -50,6 +50,8 @@ pub struct RunOptions {
     pub health_addr: Option<SocketAddr>,
     /// The served in-memory cloud to use for `InMemory` classes (see `mcm dev`), if any.
     pub inmemory_cloud_url: Option<String>,
+    /// Driver calls per second per provider (0: no limit) and their burst.
+    pub cloud_rate_limit: RateLimit,
     /// The controllers' settings (namespace and disabled controllers included).
     pub controllers: ControllerOptions,
 }
@@ -137,7 +139,10 @@ fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
     if let Some(url) = &options.inmemory_cloud_url {
         drivers.register(Arc::new(crate::providers::inmemory::remote::RemoteDriver::new(url)));
     }
-    telemetry::metered(&drivers, &metrics.cloud)
+    // Metered inside the limit: latencies are the cloud's, not the wait for a token.
+    let metered = telemetry::metered(&drivers, &metrics.cloud);
+    let limit = options.cloud_rate_limit;
+    crate::providers::limit::rate_limited(&metered, limit.qps, limit.burst)
 }
 
 /// Runs `mcm run` until `shutdown` resolves; `progress` hears one line per milestone (the binary prints them).

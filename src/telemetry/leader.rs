@@ -74,6 +74,25 @@ fn held_by_other(lease: &Lease, identity: &str, now: jiff::Timestamp) -> bool {
     }
 }
 
+/// Records MCM's `LeaderElection` event on the Lease (`<identity> became leader`), as client-go does.
+async fn became_leader(client: &Client, leases: &Api<Lease>, config: &LeaderConfig) {
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let Ok(lease) = leases.get(&config.lease_name).await else { return };
+    let reporter =
+        Reporter { controller: "machine-controller-manager".into(), instance: Some(config.identity.clone()) };
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "LeaderElection".into(),
+        note: Some(format!("{} became leader", config.identity)),
+        action: "Elect".into(),
+        secondary: None,
+    };
+    if let Err(e) = Recorder::new(client.clone(), reporter).publish(&event, &lease.object_ref(&())).await {
+        tracing::debug!(error = %e, "could not record the leader election event");
+    }
+}
+
 fn stopped(stop: &watch::Receiver<bool>) -> bool {
     *stop.borrow()
 }
@@ -144,7 +163,10 @@ pub async fn run(
                     return;
                 }
                 result = manager.changed() => match result {
-                    Ok(true) => set(Leadership::Leading),
+                    Ok(true) => {
+                        set(Leadership::Leading);
+                        became_leader(&client, &leases, &config).await;
+                    }
                     Ok(false) => set(Leadership::Following),
                     Err(e) => {
                         // Renewal or reading failed: stop leading now rather than when the lease has expired and

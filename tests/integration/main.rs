@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod apiserver;
+mod capi;
 mod cli;
 mod dev;
 mod drain;

@@ -38,6 +38,19 @@ use crate::api::schema::condition_list;
         description = "The infrastructure is ready"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "The Ready condition"
+    ),
+    printcolumn(
+        name = "Paused",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Paused\")].status",
+        description = "Reconciliation is paused",
+        priority = 1
+    ),
+    printcolumn(
         name = "Endpoint",
         type_ = "string",
         json_path = ".spec.controlPlaneEndpoint.host",

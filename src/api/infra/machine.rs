@@ -56,6 +56,27 @@ use crate::api::schema::{condition_list, preserve_unknown_object, resource_list}
         json_path = ".status.conditions[?(@.type==\"Ready\")].status",
         description = "The Ready condition"
     ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why it is (not) ready",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.currentStatus.phase",
+        description = "MCM's phase of the machine",
+        priority = 1
+    ),
+    printcolumn(
+        name = "FailureDomain",
+        type_ = "string",
+        json_path = ".status.failureDomain",
+        description = "Where the VM runs",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -149,6 +170,37 @@ pub struct MCMMachineStatus {
     status = "MCMMachineTemplateStatus",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     doc = "MCMMachineTemplate is the template CAPI clones MCMMachines from.",
+    printcolumn(
+        name = "Class",
+        type_ = "string",
+        json_path = ".spec.template.spec.class.name",
+        description = "The MachineClass the machines use"
+    ),
+    printcolumn(
+        name = "Provider",
+        type_ = "string",
+        json_path = ".spec.template.spec.inlineClass.provider",
+        description = "The provider of an inline class"
+    ),
+    printcolumn(
+        name = "CPU",
+        type_ = "string",
+        json_path = ".status.capacity.cpu",
+        description = "CPU of a node (scale from zero)"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.capacity.memory",
+        description = "Memory of a node (scale from zero)"
+    ),
+    printcolumn(
+        name = "Arch",
+        type_ = "string",
+        json_path = ".status.nodeInfo.architecture",
+        description = "Architecture of a node",
+        priority = 1
+    ),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

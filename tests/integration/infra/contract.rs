@@ -218,7 +218,47 @@ async fn kubectl_get_prints_useful_columns() {
         assert!(header.contains(column), "{column} missing in:\n{out}");
     }
     assert!(out.contains("inmemory:///") && out.contains("true"), "{out}");
+    let wide = env.kubectl.run(&["-n", NS, "get", "mcmmachines", "-o", "wide"]).await;
+    assert!(wide.contains("REASON") && wide.contains("Provisioned") && wide.contains("Available"), "{wide}");
+    let mut template = inline_class(json!({}));
+    template["inlineClass"]["nodeTemplate"] = json!({
+        "capacity": {"cpu": "4", "memory": "8Gi"}, "instanceType": "m.large", "region": "local", "zone": "local-a",
+    });
+    env.create(
+        "template.json",
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MCMMachineTemplate",
+            "metadata": {"name": "large"},
+            "spec": {"template": {"spec": template}},
+        }),
+    )
+    .await;
+    env.create(
+        "mcmcluster.json",
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MCMCluster",
+            "metadata": {"name": "c1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}},
+        }),
+    )
+    .await;
+    let templates = wait_until("the template's columns", WAIT, || async {
+        let out = env.kubectl.run(&["-n", NS, "get", "mcmmachinetemplates"]).await;
+        out.contains("8Gi").then_some(out)
+    })
+    .await;
+    for column in ["NAME", "CLASS", "PROVIDER", "CPU", "MEMORY", "AGE"] {
+        assert!(templates.contains(column), "{column} missing in:\n{templates}");
+    }
+    assert!(templates.contains("InMemory") && templates.contains(" 4 "), "{templates}");
+    let clusters = env.kubectl.run(&["-n", NS, "get", "mcmclusters", "-o", "wide"]).await;
+    for column in ["NAME", "CLUSTER", "PROVISIONED", "READY", "ENDPOINT", "PAUSED", "AGE"] {
+        assert!(clusters.contains(column), "{column} missing in:\n{clusters}");
+    }
+    assert!(clusters.contains("10.0.0.1"), "{clusters}");
     let all = env.kubectl.run(&["-n", NS, "get", "cluster-api"]).await;
+    assert!(all.contains("mcmmachinetemplate.infrastructure.cluster.x-k8s.io/large"), "{all}");
+    assert!(all.contains("mcmcluster.infrastructure.cluster.x-k8s.io/c1"), "{all}");
     assert!(all.contains("mcmmachine.infrastructure.cluster.x-k8s.io/m1"), "{all}");
     env.shutdown().await;
 }

@@ -1,0 +1,64 @@
+//! Deletion: the delete-machine annotation picks the scale-down victim; hooks hold a Machine's deletion.
+
+use kube::ResourceExt;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use serde_json::json;
+
+use super::{WAIT, create_deployment, deployment, env, patch_deployment, rolling, wait_running};
+use crate::support::wait_until;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_machine_annotation_picks_the_victim() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("order", 3, "small", rolling(1, 0))).await;
+    let machines = wait_running(&capi, "order", 3).await;
+    // The youngest would not be MCM's first choice among equals; mark the first one.
+    let victim = machines[0].name_any();
+    capi.machines
+        .patch(
+            &victim,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}})),
+        )
+        .await
+        .unwrap();
+    patch_deployment(&capi, "order", json!({"spec": {"replicas": 2}})).await;
+    let left = wait_running(&capi, "order", 2).await;
+    assert!(left.iter().all(|m| m.name_any() != victim), "{victim} was marked for deletion");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_hold_the_deletion_until_removed() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("hooks", 1, "small", rolling(1, 0))).await;
+    let m = wait_running(&capi, "hooks", 1).await.remove(0);
+    let name = m.name_any();
+    let hook = "pre-drain.delete.hook.machine.cluster.x-k8s.io/test";
+    capi.machines
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {hook: "tester"}}})))
+        .await
+        .unwrap();
+    capi.machines.delete(&name, &DeleteParams::default()).await.unwrap();
+    let held = wait_until("the Deleting condition naming the hook", WAIT, || async {
+        let m = capi.machines.get(&name).await.ok()?;
+        let c = m.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == "Deleting")?.clone();
+        (c.reason == "WaitingForPreDrainHook").then_some(m)
+    })
+    .await;
+    assert_eq!(held.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Deleting"));
+    assert!(capi.infra.get_opt(&name).await.unwrap().is_some(), "the MCMMachine stays while the hook holds");
+
+    capi.machines
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {hook: null}}})))
+        .await
+        .unwrap();
+    wait_until("the Machine, its MCMMachine and its Node gone", WAIT, || async {
+        let machine = capi.machines.get_opt(&name).await.ok()?;
+        let infra = capi.infra.get_opt(&name).await.ok()?;
+        let node = capi.nodes.get_opt(&format!("node-{name}")).await.ok()?;
+        (machine.is_none() && infra.is_none() && node.is_none()).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}

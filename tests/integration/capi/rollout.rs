@@ -1,0 +1,122 @@
+//! Scaling and rolling updates of CAPI MachineDeployments through the MCM decisions.
+
+use std::collections::BTreeSet;
+
+use kube::ResourceExt;
+use mcm::api::capi::Machine;
+use serde_json::json;
+
+use super::{Capi, WAIT, create_deployment, deployment, env, patch_deployment, rolling, wait_running};
+use crate::support::wait_until;
+
+fn names(machines: &[Machine]) -> BTreeSet<String> {
+    machines.iter().map(|m| m.name_any()).collect()
+}
+
+async fn infra_names(capi: &Capi) -> BTreeSet<String> {
+    capi.infra.list(&Default::default()).await.unwrap().items.iter().map(|m| m.name_any()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_0_to_3_to_1_with_cloned_mcm_machines() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("pool", 0, "small", rolling(1, 0))).await;
+    let set = wait_until("the machine set", WAIT, || async {
+        capi.sets.list(&Default::default()).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    assert_eq!(set.spec.cluster_name, "dev");
+    assert_eq!(set.spec.replicas, Some(0));
+
+    patch_deployment(&capi, "pool", json!({"spec": {"replicas": 3}})).await;
+    let machines = wait_running(&capi, "pool", 3).await;
+    for m in &machines {
+        assert_eq!(m.spec.bootstrap.data_secret_name.as_deref(), Some("bootstrap"));
+        assert_eq!(m.spec.infrastructure_ref.kind, "MCMMachine");
+        assert_eq!(m.spec.provider_id.as_deref(), Some(format!("inmemory:///{}", m.name_any()).as_str()));
+        let status = m.status.clone().unwrap();
+        assert_eq!(status.node_ref.unwrap().name, format!("node-{}", m.name_any()));
+        assert_eq!(status.initialization.unwrap().infrastructure_provisioned, Some(true));
+        let ready = status.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.status, "True");
+        // The clone: same name, owned by the Machine, cloned-from annotations.
+        let clone = capi.infra.get(&m.name_any()).await.unwrap();
+        let a = clone.annotations();
+        assert_eq!(a["cluster.x-k8s.io/cloned-from-name"], "small");
+        assert_eq!(a["cluster.x-k8s.io/cloned-from-groupkind"], "MCMMachineTemplate.infrastructure.cluster.x-k8s.io");
+        let owner = clone.owner_references().iter().find(|o| o.controller == Some(true)).unwrap().clone();
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.clone(), owner.uid.clone()),
+            ("Machine", m.name_any(), m.uid().unwrap())
+        );
+        assert_eq!(clone.labels()["cluster.x-k8s.io/cluster-name"], "dev");
+    }
+
+    patch_deployment(&capi, "pool", json!({"spec": {"replicas": 1}})).await;
+    let left = wait_running(&capi, "pool", 1).await;
+    // The deleted machines' MCMMachines and Nodes went with them.
+    wait_until("only the remaining MCMMachine", WAIT, || async {
+        (infra_names(&capi).await == names(&left)).then_some(())
+    })
+    .await;
+    let nodes: BTreeSet<String> =
+        capi.nodes.list(&Default::default()).await.unwrap().items.iter().map(|n| n.name_any()).collect();
+    for m in &machines {
+        assert_eq!(nodes.contains(&format!("node-{}", m.name_any())), names(&left).contains(&m.name_any()));
+    }
+
+    // kubectl shows them.
+    let out = env.kubectl.run(&["-n", super::NS, "get", "machines.cluster.x-k8s.io"]).await;
+    assert!(out.contains(&left[0].name_any()), "{out}");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_change_rolls_within_the_surge() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("roll", 3, "small", rolling(1, 0))).await;
+    let old = names(&wait_running(&capi, "roll", 3).await);
+
+    // Watch the bounds while rolling: never more than 4 machines, never fewer than 3 Running.
+    let watcher_capi = super::Capi::of(&env);
+    let bounds = tokio::spawn(async move {
+        let mut worst = (0usize, usize::MAX);
+        loop {
+            let machines = watcher_capi.machines_of("roll").await;
+            let live = machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none()).count();
+            let running = machines
+                .iter()
+                .filter(|m| {
+                    m.metadata.deletion_timestamp.is_none()
+                        && m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                })
+                .count();
+            worst = (worst.0.max(live), worst.1.min(running));
+            if tokio::time::timeout(std::time::Duration::from_millis(20), std::future::pending::<()>()).await.is_ok() {
+                break worst;
+            }
+        }
+    });
+    patch_deployment(
+        &capi,
+        "roll",
+        json!({"spec": {"template": {"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MCMMachineTemplate", "name": "large"}}}}}),
+    )
+    .await;
+    let new = wait_until("3 Running machines from the new template", WAIT, || async {
+        let machines = wait_running(&capi, "roll", 3).await;
+        let set = names(&machines);
+        set.is_disjoint(&old).then_some(machines)
+    })
+    .await;
+    bounds.abort();
+    for m in &new {
+        let clone = capi.infra.get(&m.name_any()).await.unwrap();
+        assert_eq!(clone.annotations()["cluster.x-k8s.io/cloned-from-name"], "large");
+    }
+    let sets = capi.sets.list(&Default::default()).await.unwrap().items;
+    assert_eq!(sets.len(), 2, "the old set is kept at 0 for rollbacks");
+    let replicas: BTreeSet<i32> = sets.iter().map(|s| s.spec.replicas.unwrap_or(-1)).collect();
+    assert_eq!(replicas, BTreeSet::from([0, 3]));
+    env.shutdown().await;
+}
