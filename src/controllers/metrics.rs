@@ -33,7 +33,7 @@ pub struct ReconcileMetrics {
     /// `mcm_controller_reconcile_errors_total{controller}`.
     pub errors: Family<ControllerLabel, Counter>,
     /// `mcm_machine_drain_duration_seconds{namespace}`: drains that finished (MCM's name).
-    pub drain: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+    pub drain: crate::telemetry::HistogramFamily<Vec<(String, String)>>,
 }
 
 impl Default for ReconcileMetrics {

@@ -130,9 +130,10 @@ pub(crate) fn condition_to_capi(
 }
 
 /// MCM's fields of a metav1 condition: status, reason, message (empty ones absent), transition time.
-pub(crate) fn condition_from_capi(
-    c: &Condition,
-) -> Option<(ConditionStatus, Option<String>, Option<String>, Option<Time>)> {
+pub(crate) type HubConditionFields = (ConditionStatus, Option<String>, Option<String>, Option<Time>);
+
+/// The [`HubConditionFields`] of a metav1 condition.
+pub(crate) fn condition_from_capi(c: &Condition) -> Option<HubConditionFields> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     Some((
         ConditionStatus::from(c.status.as_str()),

@@ -350,6 +350,7 @@ pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)] // the case tables read best as rows of tuples
 mod tests {
     use std::collections::BTreeMap;
 

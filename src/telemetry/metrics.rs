@@ -48,6 +48,9 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
+/// A family of histograms whose buckets come from a plain constructor function.
+pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
 /// The cloud call families.
 #[derive(Clone, Debug)]
 pub struct CloudMetrics {
@@ -58,9 +61,9 @@ pub struct CloudMetrics {
     /// `mcm_cloud_driver_request_duration_seconds{provider,operation}` (MCM's name).
     pub duration: Family<CallLabels, Histogram, fn() -> Histogram>,
     /// `mcm_machine_create_duration_seconds{provider}`: successful `create_machine` calls.
-    pub create_duration: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+    pub create_duration: HistogramFamily<Vec<(String, String)>>,
     /// `mcm_machine_delete_duration_seconds{provider}`: successful `delete_machine` calls.
-    pub delete_duration: Family<Vec<(String, String)>, Histogram, fn() -> Histogram>,
+    pub delete_duration: HistogramFamily<Vec<(String, String)>>,
 }
 
 impl Default for CloudMetrics {

@@ -13,7 +13,7 @@ mod ratelimit;
 mod server;
 
 pub use driver::{MeteredDriver, metered};
-pub use metrics::{CloudMetrics, Metrics};
+pub use metrics::{CloudMetrics, HistogramFamily, Metrics};
 pub use objects::ObjectMetrics;
 pub use ratelimit::{RateLimit, RateLimitLayer};
 pub use server::{Health, ServeError, serve};

@@ -220,7 +220,8 @@ impl Collector for ObjectMetrics {
                 deployments.iter().map(|d| (key(d.namespace(), d.name_any()), f(d))).collect()
             };
             let status = |d: &MachineDeployment| d.status.clone().unwrap_or_default();
-            let families: [(&str, &str, &dyn Fn(&MachineDeployment) -> i64); 7] = [
+            type Gauge<'a> = (&'a str, &'a str, &'a dyn Fn(&MachineDeployment) -> i64);
+            let families: [Gauge; 7] = [
                 ("mcm_machine_deployment_info_spec_replicas", "spec.replicas", &|d| i64::from(d.spec.replicas)),
                 ("mcm_machine_deployment_info_spec_paused", "spec.paused (1 or 0)", &|d| i64::from(d.spec.paused)),
                 ("mcm_machine_deployment_status_replicas", "status.replicas", &|d| i64::from(status(d).replicas)),
