@@ -5,6 +5,7 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 use google_cloud_auth::credentials::{self as auth, anonymous, external_account, service_account};
 use google_cloud_compute_v1::client::Instances;
 use google_cloud_compute_v1::model::Instance;
@@ -220,14 +221,16 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
 }
 
-/// Retries what [`Aip194Strict`] retries (I/O errors, 503s; other transient errors only for idempotent calls)
-/// and 429s of any call (a throttled request was not carried out).
+/// Retries what [`Aip194Strict`] retries (I/O errors; other transient errors only for idempotent calls), and 429s
+/// and 503s of any call: Compute's error bodies are not `google.rpc.Status`, so the strict policy does not see
+/// them as UNAVAILABLE. Repeating an insert is safe: the instance name is unique in the zone, a second insert that
+/// finds it answers 409, which the driver takes as created.
 #[derive(Clone, Debug)]
 struct RetryThrottled;
 
 impl RetryPolicy for RetryThrottled {
     fn on_error(&self, state: &RetryState, error: GaxError) -> RetryResult {
-        if error.http_status_code() == Some(429) {
+        if matches!(error.http_status_code(), Some(429 | 503)) {
             return RetryResult::Continue(error);
         }
         Aip194Strict.on_error(state, error)
@@ -265,6 +268,18 @@ fn spec_of(class: &ClassInfo) -> Result<ProviderSpec, DriverError> {
         ));
     }
     ProviderSpec::parse(&class.provider_spec)
+}
+
+/// The pauses between polls of a zone operation: doubling from the first poll up to the longest pause, ending
+/// once they add up to the operation timeout.
+fn operation_backoff(settings: &GcpSettings) -> ExponentialBackoff {
+    ExponentialBuilder::new()
+        .with_min_delay(settings.operation_first_poll)
+        .with_max_delay(settings.operation_max_poll.max(settings.operation_first_poll))
+        .with_factor(2.0)
+        .without_max_times()
+        .with_total_delay(Some(settings.operation_timeout))
+        .build()
 }
 
 /// A model value as JSON (the API's own field names), to read with pointers.
@@ -356,8 +371,7 @@ impl Compute<'_> {
     /// Waits, with back-off and up to the operation timeout, until the zone operation `op` is `DONE`; its errors
     /// become the driver error of `method`.
     async fn wait(&self, method: &str, at: &InstanceRef, op: Value) -> Result<(), DriverError> {
-        let deadline = tokio::time::Instant::now() + self.settings.operation_timeout;
-        let mut pause = self.settings.operation_first_poll;
+        let mut pauses = operation_backoff(self.settings);
         let mut op = op;
         loop {
             let name = op.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -386,7 +400,7 @@ impl Compute<'_> {
                     format!("Compute {method}: the answer names no operation"),
                 ));
             }
-            if tokio::time::Instant::now() + pause > deadline {
+            let Some(pause) = pauses.next() else {
                 return Err(DriverError::new(
                     Code::DeadlineExceeded,
                     format!(
@@ -395,9 +409,8 @@ impl Compute<'_> {
                         at.name, self.settings.operation_timeout
                     ),
                 ));
-            }
+            };
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(self.settings.operation_max_poll);
             let polled = self
                 .client
                 .get_operation()
@@ -642,6 +655,20 @@ mod tests {
         let driver = GcpDriver::with_endpoint("http://127.0.0.1:9");
         let err = driver.initialize_machine(&request(class(minimal()), secret())).await.unwrap_err();
         assert_eq!(err.code, Code::Unimplemented, "{err}");
+    }
+
+    #[test]
+    fn operation_polls_back_off_and_stop_at_the_timeout() {
+        let s = |secs| Duration::from_secs(secs);
+        let settings = GcpSettings {
+            operation_timeout: s(30),
+            operation_first_poll: s(1),
+            operation_max_poll: s(8),
+            ..GcpSettings::default()
+        };
+        let pauses: Vec<Duration> = operation_backoff(&settings).collect();
+        assert_eq!(pauses, [s(1), s(2), s(4), s(8), s(8)]);
+        assert!(pauses.iter().sum::<Duration>() <= settings.operation_timeout);
     }
 
     #[test]

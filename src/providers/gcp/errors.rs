@@ -85,6 +85,12 @@ impl Failure {
         if err.is_timeout() {
             return Failure::Timeout(err.to_string());
         }
+        // Compute answers errors in its own shape; read reason and message from the body when it has them.
+        if let (Some(code), Some((reason, message))) =
+            (err.http_status_code(), err.http_payload().and_then(|b| error_body(b)))
+        {
+            return Failure::Service { status: Some(code), reason, message };
+        }
         if let Some(status) = err.status() {
             let reason = status
                 .details
@@ -169,6 +175,29 @@ impl Failure {
     }
 }
 
+/// The first reason and the message of a Compute error body:
+/// `{"error": {"code": 403, "message": "...", "errors": [{"reason": "quotaExceeded", ...}], "details": [...]}}`.
+/// The reason comes from `errors[]`, else from an `ErrorInfo` in `details[]`. `None` for other bodies.
+pub fn error_body(payload: &[u8]) -> Option<(String, String)> {
+    let body: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    let error = body.get("error")?.as_object()?;
+    let message = error.get("message").and_then(|m| m.as_str()).unwrap_or_default().to_string();
+    let from_errors = error.get("errors").and_then(|e| e.as_array()).and_then(|errors| {
+        errors.iter().find_map(|e| e.get("reason").and_then(|r| r.as_str()).filter(|r| !r.is_empty()))
+    });
+    let from_details = || {
+        error.get("details").and_then(|d| d.as_array()).and_then(|details| {
+            details.iter().find_map(|d| {
+                let is_info =
+                    d.get("@type").and_then(|t| t.as_str()).is_some_and(|t| t.ends_with("google.rpc.ErrorInfo"));
+                d.get("reason").and_then(|r| r.as_str()).filter(|r| is_info && !r.is_empty())
+            })
+        })
+    };
+    let reason = from_errors.or_else(from_details).unwrap_or_default().to_string();
+    Some((reason, message))
+}
+
 /// API messages can be long: keep the first 400 characters.
 fn short(text: &str) -> String {
     const MAX: usize = 400;
@@ -236,6 +265,17 @@ mod tests {
             Failure::Operation(vec![("INVALID_FIELD_VALUE".into(), "x".into()), ("QUOTA_EXCEEDED".into(), "y".into())]);
         assert_eq!(mixed.code(), Code::ResourceExhausted);
         assert_eq!(Failure::Operation(vec![]).code(), Code::Internal);
+    }
+
+    #[test]
+    fn compute_error_bodies_are_read() {
+        let legacy = br#"{"error": {"code": 403, "message": "Quota 'CPUS' exceeded.", "errors": [{"message": "Quota 'CPUS' exceeded.", "domain": "usageLimits", "reason": "quotaExceeded"}]}}"#;
+        assert_eq!(error_body(legacy), Some(("quotaExceeded".into(), "Quota 'CPUS' exceeded.".into())));
+        let details = br#"{"error": {"code": 503, "message": "no capacity", "details": [{"@type": "type.googleapis.com/google.rpc.Help"}, {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "ZONE_RESOURCE_POOL_EXHAUSTED", "domain": "compute.googleapis.com"}]}}"#;
+        assert_eq!(error_body(details), Some(("ZONE_RESOURCE_POOL_EXHAUSTED".into(), "no capacity".into())));
+        assert_eq!(error_body(br#"{"error": {"message": "m"}}"#), Some((String::new(), "m".into())));
+        assert_eq!(error_body(b"<html>Bad Gateway</html>"), None);
+        assert_eq!(error_body(br#"{"items": []}"#), None);
     }
 
     fn secret() -> SecretData {

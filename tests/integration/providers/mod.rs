@@ -4,4 +4,8 @@
 mod aws;
 #[cfg(feature = "aws")]
 mod aws_machines;
+#[cfg(feature = "gcp")]
+mod gcp;
+#[cfg(feature = "gcp")]
+mod gcp_fake;
 mod inmemory;
