@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::providers::DriverError;
 use crate::providers::spec_json::Obj;
+use crate::providers::{DriverError, tags};
 
 /// The top-level providerSpec fields, as Gardener's GCP provider names them (`APIVersion` and `kind` are read and
 /// ignored).
@@ -37,9 +37,9 @@ pub const FIELDS: &[&str] = &[
 ];
 
 /// Prefix of the network tag naming the cluster (`kubernetes-io-cluster-<cluster>`), as Gardener tags VMs.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes-io-cluster-";
+pub const CLUSTER_TAG_PREFIX: &str = tags::NETWORK_CLUSTER_PREFIX;
 /// Prefix of the network tag naming the role (`kubernetes-io-role-<role>`).
-pub const ROLE_TAG_PREFIX: &str = "kubernetes-io-role-";
+pub const ROLE_TAG_PREFIX: &str = tags::NETWORK_ROLE_PREFIX;
 /// The disk type that means a local SSD.
 pub const SCRATCH: &str = "SCRATCH";
 /// The disk type used when a persistent disk names none.
@@ -302,11 +302,7 @@ fn parse_tags(spec: &Obj<'_>) -> Result<(Vec<String>, String, String), DriverErr
     if tags.len() > MAX_TAGS {
         return Err(spec.invalid("tags", format!("{} tags exceed Compute Engine's limit of {MAX_TAGS}", tags.len())));
     }
-    let find = |prefix: &str| tags.iter().find(|t| t.len() > prefix.len() && t.starts_with(prefix)).cloned();
-    let cluster = find(CLUSTER_TAG_PREFIX)
-        .ok_or_else(|| spec.invalid("tags", format!("must contain a tag {CLUSTER_TAG_PREFIX}<cluster name>")))?;
-    let role = find(ROLE_TAG_PREFIX)
-        .ok_or_else(|| spec.invalid("tags", format!("must contain a tag {ROLE_TAG_PREFIX}<role>")))?;
+    let (cluster, role) = crate::providers::tags::network_ownership(&tags).map_err(|why| spec.invalid("tags", why))?;
     Ok((tags, cluster, role))
 }
 

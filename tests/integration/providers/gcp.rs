@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 
 use super::gcp_fake::{ComputeFake, Fault};
 
-const PROJECT: &str = "mcm-test-project";
-const ZONE: &str = "europe-west1-b";
-const USER_DATA: &str = "#cloud-config\n# gcp-fake-test-user-data";
+pub(super) const PROJECT: &str = "mcm-test-project";
+pub(super) const ZONE: &str = "europe-west1-b";
+pub(super) const USER_DATA: &str = "#cloud-config\n# gcp-fake-test-user-data";
 
 /// Short polls and back-offs, so failing calls and operations end quickly.
 fn settings() -> GcpSettings {
@@ -33,7 +33,7 @@ fn anonymous_driver(fake: &ComputeFake) -> GcpDriver {
     GcpDriver::with_endpoint(&fake.url).with_anonymous_credentials().with_settings(settings())
 }
 
-fn spec(cluster: &str) -> Value {
+pub(super) fn spec(cluster: &str) -> Value {
     json!({
         "region": "europe-west1",
         "zone": ZONE,
@@ -388,11 +388,9 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
     }
 }
 
-/// A real (freshly generated) service-account key: the driver signs its own tokens with it and the fake sees a
-/// bearer token, while the key itself shows in no error and no log line.
-#[tokio::test]
-async fn a_service_account_key_signs_requests_and_never_shows() {
-    let fake = ComputeFake::start(1).await;
+/// A service-account key (JSON) with a freshly generated RSA key (PEM, also returned), its token endpoint on the
+/// fake.
+pub(super) fn service_account_key(fake: &ComputeFake) -> (String, String) {
     let key_pair = rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256).unwrap();
     let pem = key_pair.serialize_pem();
     let key = json!({
@@ -401,6 +399,15 @@ async fn a_service_account_key_signs_requests_and_never_shows() {
         "token_uri": format!("{}/token", fake.url)
     })
     .to_string();
+    (key, pem)
+}
+
+/// A real (freshly generated) service-account key: the driver signs its own tokens with it and the fake sees a
+/// bearer token, while the key itself shows in no error and no log line.
+#[tokio::test]
+async fn a_service_account_key_signs_requests_and_never_shows() {
+    let fake = ComputeFake::start(1).await;
+    let (key, pem) = service_account_key(&fake);
     let secret = SecretData(
         [
             ("serviceAccountJSON".to_string(), key.clone().into_bytes()),
@@ -447,5 +454,6 @@ async fn a_service_account_key_signs_requests_and_never_shows() {
             assert!(!text.contains(line), "{what} show the private key");
         }
         assert!(!text.contains(USER_DATA), "{what} show the user data");
+        assert!(!text.contains(&auth["Bearer ".len()..]), "{what} show the bearer token");
     }
 }

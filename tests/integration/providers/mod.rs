@@ -8,4 +8,6 @@ mod aws_machines;
 mod gcp;
 #[cfg(feature = "gcp")]
 mod gcp_fake;
+#[cfg(feature = "gcp")]
+mod gcp_machines;
 mod inmemory;
