@@ -190,6 +190,23 @@ async fn create_sends_gardeners_instance_and_waits_for_the_operation() {
 }
 
 #[tokio::test]
+async fn an_operation_that_never_finishes_ends_the_wait_and_the_retry_finds_the_instance() {
+    let fake = ComputeFake::start(u32::MAX).await;
+    let settings = GcpSettings { operation_timeout: Duration::from_millis(300), ..settings() };
+    let driver = GcpDriver::with_endpoint(&fake.url).with_anonymous_credentials().with_settings(settings);
+    let dev = class("dev", spec("dev"));
+    let err = driver.create_machine(&request("slow", &dev, None, &secret())).await.unwrap_err();
+    assert_eq!(err.code, Code::DeadlineExceeded, "{err}");
+    assert!(err.message.contains("still runs"), "{err}");
+    // Pauses of 10, 20, then 40 ms, adding up to at most 300 ms: 8 polls.
+    let polls = fake.requests().iter().filter(|r| r.path.contains("/operations/")).count();
+    assert_eq!(polls, 8);
+    let created = driver.create_machine(&request("slow", &dev, None, &secret())).await.unwrap();
+    assert_eq!(created.provider_id, format!("gce://{PROJECT}/{ZONE}/slow"));
+    assert_eq!(fake.requests().iter().filter(|r| r.is("POST", "/instances")).count(), 1, "one insert");
+}
+
+#[tokio::test]
 async fn list_pages_and_keeps_to_the_cluster_and_role_tags() {
     let fake = ComputeFake::start(0).await;
     fake.set_page_size(2);
