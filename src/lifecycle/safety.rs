@@ -194,11 +194,21 @@ pub fn confirm(suspects: &[Orphan], relisted: &BTreeMap<String, String>, fresh: 
 
 /// Why a class's VMs are not looked at: its providerSpec lists `tags` without this cluster's ownership keys, so a
 /// listing by them could not be trusted to hold only this cluster's VMs. Classes without a `tags` field are left to
-/// their driver, which selects by its own ownership rules.
+/// their driver, which selects by its own ownership rules. A list of tags is GCP's network tags
+/// (`kubernetes-io-cluster-<cluster>`); a map holds tag keys (`kubernetes.io/cluster/<cluster>`).
 pub fn class_tags_problem(provider_spec: &Value) -> Option<String> {
     let tags = provider_spec.get("tags")?;
-    let keys: Vec<String> = tags.as_object().map(|t| t.keys().cloned().collect()).unwrap_or_default();
-    tags::ownership(&keys).err().map(|why| format!("providerSpec.tags {why}"))
+    let found = match tags.as_array() {
+        Some(list) => {
+            let names: Vec<String> = list.iter().filter_map(|t| t.as_str().map(str::to_string)).collect();
+            tags::network_ownership(&names)
+        }
+        None => {
+            let keys: Vec<String> = tags.as_object().map(|t| t.keys().cloned().collect()).unwrap_or_default();
+            tags::ownership(&keys)
+        }
+    };
+    found.err().map(|why| format!("providerSpec.tags {why}"))
 }
 
 /// Whether a machine's last operation reports several VMs for it (the driver's `OutOfRange`), which asks for an
@@ -531,6 +541,13 @@ mod tests {
                 Some("cluster"),
             ),
             ("tags not a map", json!({"tags": "x"}), Some("kubernetes.io/cluster/")),
+            ("GCP network tags", json!({"tags": ["kubernetes-io-cluster-a", "kubernetes-io-role-node", "x"]}), None),
+            ("GCP without role", json!({"tags": ["kubernetes-io-cluster-a"]}), Some("kubernetes-io-role-")),
+            (
+                "GCP tag keys of AWS",
+                json!({"tags": ["kubernetes.io/cluster/a", "kubernetes.io/role/n"]}),
+                Some("kubernetes-io-cluster-"),
+            ),
         ];
         for (name, spec, want) in cases {
             let got = class_tags_problem(&spec);

@@ -144,15 +144,35 @@ pub mod tags {
     /// The tag carrying the machine name on VMs of drivers without a name field.
     pub const MACHINE_NAME: &str = "mcm.gardener.cloud/machine-name";
 
+    /// Prefix of the cluster network tag of GCE instances (`kubernetes-io-cluster-<cluster>`, Gardener's form:
+    /// network tags allow neither `.` nor `/`).
+    pub const NETWORK_CLUSTER_PREFIX: &str = "kubernetes-io-cluster-";
+    /// Prefix of the role network tag of GCE instances (`kubernetes-io-role-<role>`).
+    pub const NETWORK_ROLE_PREFIX: &str = "kubernetes-io-role-";
+
     /// The cluster and role tag keys among `tags`, or a message naming what is missing.
     pub fn ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        find_pair(tags, CLUSTER_PREFIX, ROLE_PREFIX, "a tag key")
+    }
+
+    /// The cluster and role tags among GCE network tags (a list, not a map), or a message naming what is missing.
+    pub fn network_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        find_pair(tags, NETWORK_CLUSTER_PREFIX, NETWORK_ROLE_PREFIX, "a tag")
+    }
+
+    fn find_pair<'a>(
+        tags: impl IntoIterator<Item = &'a String>,
+        cluster_prefix: &str,
+        role_prefix: &str,
+        what: &str,
+    ) -> Result<(String, String), String> {
         let keys: Vec<&String> = tags.into_iter().collect();
-        let cluster = keys.iter().find(|k| k.starts_with(CLUSTER_PREFIX) && k.len() > CLUSTER_PREFIX.len());
-        let role = keys.iter().find(|k| k.starts_with(ROLE_PREFIX) && k.len() > ROLE_PREFIX.len());
+        let cluster = keys.iter().find(|k| k.starts_with(cluster_prefix) && k.len() > cluster_prefix.len());
+        let role = keys.iter().find(|k| k.starts_with(role_prefix) && k.len() > role_prefix.len());
         match (cluster, role) {
             (Some(c), Some(r)) => Ok((c.to_string(), r.to_string())),
-            (None, _) => Err(format!("must contain a tag key {CLUSTER_PREFIX}<cluster name>")),
-            (_, None) => Err(format!("must contain a tag key {ROLE_PREFIX}<role>")),
+            (None, _) => Err(format!("must contain {what} {cluster_prefix}<cluster name>")),
+            (_, None) => Err(format!("must contain {what} {role_prefix}<role>")),
         }
     }
 }
@@ -178,5 +198,15 @@ mod tests {
         );
         assert!(tags::ownership(&ok[..1]).unwrap_err().contains("kubernetes.io/role/"));
         assert!(tags::ownership(&[]).unwrap_err().contains("kubernetes.io/cluster/"));
+        let network = ["kubernetes-io-cluster-a".to_string(), "kubernetes-io-role-node".to_string()];
+        assert_eq!(
+            tags::network_ownership(&network).unwrap(),
+            ("kubernetes-io-cluster-a".to_string(), "kubernetes-io-role-node".to_string())
+        );
+        assert_eq!(
+            tags::network_ownership(&network[1..]).unwrap_err(),
+            "must contain a tag kubernetes-io-cluster-<cluster name>"
+        );
+        assert!(tags::network_ownership(&network[..1]).unwrap_err().contains("kubernetes-io-role-"));
     }
 }

@@ -4,4 +4,10 @@
 mod aws;
 #[cfg(feature = "aws")]
 mod aws_machines;
+#[cfg(feature = "gcp")]
+mod gcp;
+#[cfg(feature = "gcp")]
+mod gcp_fake;
+#[cfg(feature = "gcp")]
+mod gcp_machines;
 mod inmemory;

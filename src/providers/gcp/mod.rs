@@ -1,0 +1,20 @@
+//! The GCP Compute Engine driver (provider `GCP`, cargo feature `gcp`), compatible with Gardener's GCP
+//! MachineClasses (machine-controller-manager-provider-gcp); reference in `docs/providers/gcp.md`.
+//!
+//! - [`spec`]: the providerSpec, parsed strictly (every error names its field).
+//! - [`credentials`]: what the class secret holds (service-account key or workload-identity config, project,
+//!   `userData`, `endpoint`), redacted in `Debug`.
+//! - [`request`]: pure translations to and from Compute's JSON (the instance body, providerIDs, ownership by
+//!   network tags, addresses, volume IDs).
+//! - [`errors`]: HTTP and operation errors to MCM codes.
+//! - [`GcpDriver`]: the I/O, one Compute client per endpoint and credentials.
+
+pub mod credentials;
+mod driver;
+pub mod errors;
+pub mod request;
+pub mod spec;
+
+pub use driver::{GcpDriver, GcpSettings, PROVIDER};
+pub use request::CSI_DRIVER;
+pub use spec::ProviderSpec;
