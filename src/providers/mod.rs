@@ -7,9 +7,15 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "azure")]
+pub mod azure;
 pub mod conformance;
 mod error;
+#[cfg(any(feature = "aws", feature = "azure"))]
+mod fields;
 pub mod inmemory;
+#[cfg(any(feature = "aws", feature = "azure"))]
+pub mod secrets;
 mod types;
 
 use std::collections::BTreeMap;
