@@ -186,6 +186,8 @@ impl DevEnvironment {
         // The real clouds too, for classes whose secret points at a local fake (`endpoint: http://127.0.0.1:…`).
         #[cfg(feature = "aws")]
         drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
+        #[cfg(feature = "azure")]
+        drivers.register(Arc::new(crate::providers::azure::AzureDriver::new()));
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),

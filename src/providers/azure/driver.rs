@@ -13,6 +13,7 @@ use std::time::Duration;
 use azure_core::auth::TokenCredential;
 use azure_core::headers::{AUTHORIZATION, AZURE_ASYNCOPERATION, LOCATION, RETRY_AFTER};
 use azure_core::{ClientOptions, Context, Method, Pipeline, Request, RetryOptions, TransportOptions, Url};
+use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::NodeAddress;
 use serde_json::Value;
@@ -225,8 +226,16 @@ impl azure_core::RetryPolicy for ArmRetry {
     }
 
     fn sleep_duration(&self, retry_count: u32) -> Duration {
-        let factor = 2u32.saturating_pow(retry_count.saturating_sub(1));
-        self.initial.saturating_mul(factor).min(self.max_delay)
+        // retry_count is 1 before the first retry; past 40 doublings every delay has reached its cap.
+        ExponentialBuilder::new()
+            .with_min_delay(self.initial)
+            .with_max_delay(self.max_delay)
+            .with_factor(2.0)
+            .without_max_times()
+            .build()
+            .nth(retry_count.saturating_sub(1).min(40) as usize)
+            .unwrap_or(self.max_delay)
+            .min(self.max_delay)
     }
 
     async fn wait(&self, _error: &azure_core::Error, retry_count: u32, retry_after: Option<Duration>) {
@@ -327,6 +336,10 @@ struct Resource {
     provisioning_state: String,
     /// A NIC's first private IP.
     private_ip: Option<String>,
+    /// A disk's `managedBy`: the VM it is attached to.
+    managed_by: Option<String>,
+    /// A VM's NICs and disks, by name (from its network and storage profiles).
+    attached: request::Attached,
 }
 
 impl Resource {
@@ -342,6 +355,8 @@ impl Resource {
             private_ip: value["properties"]["ipConfigurations"][0]["properties"]["privateIPAddress"]
                 .as_str()
                 .map(str::to_string),
+            managed_by: value["managedBy"].as_str().filter(|m| !m.is_empty()).map(str::to_string),
+            attached: request::attached(value),
         }
     }
 
@@ -518,7 +533,7 @@ impl Arm<'_> {
         let headers = response.headers();
         let async_url = headers.get_optional_string(&AZURE_ASYNCOPERATION);
         let location = headers.get_optional_string(&LOCATION).filter(|_| status == 202);
-        let mut retry_after = retry_after(headers);
+        let mut retry_after = retry_after_header(headers);
         let (url, by_status) = match (async_url, location) {
             (Some(url), _) => (url, false),
             (None, Some(url)) => (url, true),
@@ -527,8 +542,16 @@ impl Arm<'_> {
         };
         let url = self.same_origin(operation, &url)?;
         let deadline = tokio::time::Instant::now() + self.settings.operation_timeout;
-        let mut pause = self.settings.first_poll;
+        // Doubling pauses from first_poll to max_poll, with jitter so many machines do not poll in step.
+        let mut pauses = ExponentialBuilder::new()
+            .with_min_delay(self.settings.first_poll)
+            .with_max_delay(self.settings.max_poll)
+            .with_factor(2.0)
+            .with_jitter()
+            .without_max_times()
+            .build();
         loop {
+            let pause = pauses.next().unwrap_or(self.settings.max_poll).min(self.settings.max_poll);
             let wait = retry_after.map_or(pause, |after| after.min(self.settings.max_poll));
             if tokio::time::Instant::now() + wait > deadline {
                 return Err(DriverError::new(
@@ -540,9 +563,8 @@ impl Arm<'_> {
                 ));
             }
             tokio::time::sleep(wait).await;
-            pause = (pause * 2).min(self.settings.max_poll);
             let polled = self.poll(operation, &url).await?;
-            retry_after = retry_after_of(&polled.1);
+            retry_after = retry_after_header(&polled.1);
             let (code, body) = (polled.0, polled.2);
             if by_status {
                 if code != 202 {
@@ -665,20 +687,31 @@ impl Arm<'_> {
         }
     }
 
-    /// Deletes the machine's NIC and disks that still exist and carry the class's tags (each idempotent).
-    async fn delete_leftovers(&self, vm: &str) -> Result<(), DriverError> {
-        let mut names = vec![(Kind::Nic, request::nic_name(vm))];
-        names.extend(request::disk_names(&self.spec, vm).into_iter().map(|d| (Kind::Disk, d)));
-        for (kind, name) in names {
-            match self.get(kind, &name).await? {
-                Some(found) if request::owned(&found.tags, &self.spec) => {
-                    self.delete(kind, &name).await?;
-                    tracing::info!(vm, resource = %name, kind = kind.path(), "delete: removed a leftover");
-                }
-                Some(_) => {
-                    tracing::info!(vm, resource = %name, kind = kind.path(), "delete: not this cluster's; left alone");
-                }
-                None => {}
+    /// Deletes the machine's NIC and disks that still exist (each idempotent): those `attached` to its VM (read
+    /// before the VM went), and those named after the machine that are ours by [`request::leftover_is_ours`].
+    async fn delete_leftovers(&self, vm: &str, attached: &request::Attached) -> Result<(), DriverError> {
+        let mut names: Vec<(Kind, String, bool)> = vec![(Kind::Nic, request::nic_name(vm), false)];
+        names.extend(request::disk_names(&self.spec, vm).into_iter().map(|d| (Kind::Disk, d, false)));
+        for nic in &attached.nics {
+            match names.iter_mut().find(|(k, n, _)| *k == Kind::Nic && n.eq_ignore_ascii_case(nic)) {
+                Some(entry) => entry.2 = true,
+                None => names.push((Kind::Nic, nic.clone(), true)),
+            }
+        }
+        for disk in &attached.disks {
+            match names.iter_mut().find(|(k, n, _)| *k == Kind::Disk && n.eq_ignore_ascii_case(disk)) {
+                Some(entry) => entry.2 = true,
+                None => names.push((Kind::Disk, disk.clone(), true)),
+            }
+        }
+        for (kind, name, was_attached) in names {
+            let Some(found) = self.get(kind, &name).await? else { continue };
+            let disk = kind == Kind::Disk;
+            if was_attached || request::leftover_is_ours(disk, &found.tags, found.managed_by.as_deref(), &self.spec) {
+                self.delete(kind, &name).await?;
+                tracing::info!(vm, resource = %name, kind = kind.path(), "delete: removed a leftover");
+            } else {
+                tracing::info!(vm, resource = %name, kind = kind.path(), "delete: not this cluster's; left alone");
             }
         }
         Ok(())
@@ -694,12 +727,8 @@ impl Arm<'_> {
     }
 }
 
-fn retry_after(headers: &azure_core::headers::Headers) -> Option<Duration> {
+fn retry_after_header(headers: &azure_core::headers::Headers) -> Option<Duration> {
     headers.get_optional_str(&RETRY_AFTER).and_then(|v| v.trim().parse::<u64>().ok()).map(Duration::from_secs)
-}
-
-fn retry_after_of(headers: &azure_core::headers::Headers) -> Option<Duration> {
-    retry_after(headers)
 }
 
 #[async_trait::async_trait]
@@ -759,9 +788,13 @@ impl Driver for AzureDriver {
             Err(e) if e.code == Code::ResourceExhausted => {
                 // Out of capacity or quota: remove what this attempt made, so the pool backs off with nothing left.
                 tracing::info!(vm = %vm, "create: no capacity; removing the VM, NIC and disks again");
+                let attached = match arm.get(Kind::Vm, &vm).await {
+                    Ok(Some(found)) => found.attached,
+                    _ => request::Attached::default(),
+                };
                 if let Err(cleanup) = arm.delete(Kind::Vm, &vm).await {
                     tracing::info!(vm = %vm, error = %cleanup, "create: removing the VM failed; delete retries");
-                } else if let Err(cleanup) = arm.delete_leftovers(&vm).await {
+                } else if let Err(cleanup) = arm.delete_leftovers(&vm, &attached).await {
                     tracing::info!(vm = %vm, error = %cleanup, "create: removing NIC/disks failed; delete retries");
                 }
                 return Err(e);
@@ -779,7 +812,7 @@ impl Driver for AzureDriver {
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
         let (arm, vm) = self.prepare_machine(request)?;
-        match arm.get(Kind::Vm, &vm).await? {
+        let attached = match arm.get(Kind::Vm, &vm).await? {
             // Never delete what is not this cluster's, whatever the name says.
             Some(found) if !request::owned(&found.tags, &arm.spec) => {
                 return Err(DriverError::new(
@@ -790,15 +823,16 @@ impl Driver for AzureDriver {
                     ),
                 ));
             }
-            Some(_) => {
+            Some(found) => {
                 arm.delete(Kind::Vm, &vm).await?;
                 tracing::info!(vm = %vm, resource_group = %arm.rg(), "delete: VM deleted");
+                found.attached
             }
-            None => {}
-        }
+            None => request::Attached::default(),
+        };
         // A VM made with deleteOption Delete takes its NIC and disks along; others (older drivers, a crash between
         // NIC and VM) leave them, and they go here.
-        arm.delete_leftovers(&vm).await?;
+        arm.delete_leftovers(&vm, &attached).await?;
         Ok(DeleteMachineResponse { last_known_state: None })
     }
 

@@ -129,6 +129,50 @@ pub fn owned(tags: &BTreeMap<String, String>, spec: &ProviderSpec) -> bool {
     tags.contains_key(&spec.cluster_tag) && tags.contains_key(&spec.role_tag)
 }
 
+/// The NICs and disks a VM names in its network and storage profiles (by resource name).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attached {
+    /// NIC names.
+    pub nics: Vec<String>,
+    /// OS and data disk names.
+    pub disks: Vec<String>,
+}
+
+/// What a VM's JSON (as ARM answers a GET) says is attached to it.
+pub fn attached(vm: &Value) -> Attached {
+    let props = &vm["properties"];
+    let last_segment = |id: &Value| id.as_str().and_then(|id| id.rsplit('/').next()).map(str::to_string);
+    let nics = props["networkProfile"]["networkInterfaces"]
+        .as_array()
+        .map(|list| list.iter().filter_map(|nic| last_segment(&nic["id"])).collect())
+        .unwrap_or_default();
+    let disk_name =
+        |disk: &Value| disk["name"].as_str().map(str::to_string).or_else(|| last_segment(&disk["managedDisk"]["id"]));
+    let storage = &props["storageProfile"];
+    let disks = std::iter::once(&storage["osDisk"])
+        .filter(|d| d.is_object())
+        .chain(storage["dataDisks"].as_array().into_iter().flatten())
+        .filter_map(disk_name)
+        .filter(|n| !n.is_empty())
+        .collect();
+    Attached { nics, disks }
+}
+
+/// Whether a NIC or disk named after a machine (and not found attached to its VM) may be deleted as that machine's
+/// leftover: it carries the class's cluster and role keys, or, for a disk, it carries no cluster key at all and is
+/// attached to nothing. Azure does not copy a VM's tags onto the disks it creates with the VM, so an untagged,
+/// unattached `<vm>-os-disk` in the class's resource group is the machine's (as Gardener's driver assumes of every
+/// disk of that name); a disk tagged for another cluster, or in use, is never touched.
+pub fn leftover_is_ours(
+    disk: bool,
+    tags: &BTreeMap<String, String>,
+    managed_by: Option<&str>,
+    spec: &ProviderSpec,
+) -> bool {
+    owned(tags, spec)
+        || (disk && managed_by.is_none() && !tags.keys().any(|k| k.starts_with(super::spec::CLUSTER_TAG_PREFIX)))
+}
+
 /// The NIC's PUT body: in the class's location, tagged, one dynamic IP configuration in the subnet, IP forwarding
 /// on (pod traffic), accelerated networking as the class says.
 pub fn nic_body(spec: &ProviderSpec, subscription: &str, nic: &str) -> Value {
@@ -498,6 +542,43 @@ mod tests {
             },
         ];
         assert_eq!(volume_ids(&specs), ["d1", "/sub/d2"]);
+    }
+
+    #[test]
+    fn attached_resources_come_from_the_vm_profiles() {
+        let vm = json!({"properties": {
+            "networkProfile": {"networkInterfaces": [
+                {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/m1-nic"}]},
+            "storageProfile": {
+                "osDisk": {"name": "m1-os-disk", "managedDisk": {"id": "/x/disks/m1-os-disk"}},
+                "dataDisks": [{"managedDisk": {"id": "/subscriptions/s/providers/Microsoft.Compute/disks/d2"}}],
+            },
+        }});
+        assert_eq!(
+            attached(&vm),
+            Attached { nics: vec!["m1-nic".into()], disks: vec!["m1-os-disk".into(), "d2".into()] }
+        );
+        assert_eq!(attached(&json!({"name": "m1"})), Attached::default());
+    }
+
+    #[test]
+    fn leftovers_are_ours_by_tags_or_as_untagged_unattached_disks() {
+        let spec = ProviderSpec::parse(&minimal()).unwrap();
+        let tags = |pairs: &[&str]| pairs.iter().map(|k| (k.to_string(), "1".to_string())).collect();
+        let ours = tags(&["kubernetes.io-cluster-dev", "kubernetes.io-role-node"]);
+        let other = tags(&["kubernetes.io-cluster-other", "kubernetes.io-role-node"]);
+        let none = BTreeMap::new();
+        let cases = [
+            ("tagged NIC", false, &ours, None, true),
+            ("untagged NIC", false, &none, None, false),
+            ("tagged disk in use", true, &ours, Some("/vm"), true),
+            ("untagged free disk", true, &none, None, true),
+            ("untagged disk in use", true, &none, Some("/vm"), false),
+            ("other cluster's free disk", true, &other, None, false),
+        ];
+        for (name, disk, tags, managed_by, want) in cases {
+            assert_eq!(leftover_is_ours(disk, tags, managed_by, &spec), want, "{name}");
+        }
     }
 
     #[test]
