@@ -4,4 +4,6 @@
 mod aws;
 #[cfg(feature = "aws")]
 mod aws_machines;
+#[cfg(feature = "azure")]
+mod azure;
 mod inmemory;
