@@ -573,10 +573,8 @@ fn put(inner: &mut Inner, kind: Kind, rg: &str, name: &str, body: Value, failed:
             for nic in
                 value["properties"]["networkProfile"]["networkInterfaces"].as_array().cloned().unwrap_or_default()
             {
-                if let Some(nic_key) = nic["id"].as_str().and_then(parse_id) {
-                    if let Some(n) = inner.resources.get_mut(&nic_key) {
-                        n["properties"]["virtualMachine"] = json!({"id": id});
-                    }
+                if let Some(n) = nic["id"].as_str().and_then(parse_id).and_then(|k| inner.resources.get_mut(&k)) {
+                    n["properties"]["virtualMachine"] = json!({"id": id});
                 }
             }
         }
