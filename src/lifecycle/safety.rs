@@ -192,13 +192,14 @@ pub fn confirm(suspects: &[Orphan], relisted: &BTreeMap<String, String>, fresh: 
         .collect()
 }
 
-/// Why a class's VMs are not looked at: its providerSpec lists `tags` without this cluster's ownership keys, so a
+/// Why a class's VMs are not looked at: its providerSpec lists `tags` without this cluster's ownership keys (in
+/// either spelling: `kubernetes.io/cluster/<c>`, or Azure's `kubernetes.io-cluster-<c>`), so a
 /// listing by them could not be trusted to hold only this cluster's VMs. Classes without a `tags` field are left to
 /// their driver, which selects by its own ownership rules.
 pub fn class_tags_problem(provider_spec: &Value) -> Option<String> {
     let tags = provider_spec.get("tags")?;
     let keys: Vec<String> = tags.as_object().map(|t| t.keys().cloned().collect()).unwrap_or_default();
-    tags::ownership(&keys).err().map(|why| format!("providerSpec.tags {why}"))
+    tags::any_ownership(&keys).err().map(|why| format!("providerSpec.tags {why}"))
 }
 
 /// Whether a machine's last operation reports several VMs for it (the driver's `OutOfRange`), which asks for an
@@ -531,6 +532,12 @@ mod tests {
                 Some("cluster"),
             ),
             ("tags not a map", json!({"tags": "x"}), Some("kubernetes.io/cluster/")),
+            (
+                "Azure's spelling",
+                json!({"tags": {"kubernetes.io-cluster-a": "1", "kubernetes.io-role-node": "1"}}),
+                None,
+            ),
+            ("Azure's, no role key", json!({"tags": {"kubernetes.io-cluster-a": "1"}}), Some("kubernetes.io/cluster/")),
         ];
         for (name, spec, want) in cases {
             let got = class_tags_problem(&spec);

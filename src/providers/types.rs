@@ -140,15 +140,41 @@ pub mod tags {
     /// The tag carrying the machine name on VMs of drivers without a name field.
     pub const MACHINE_NAME: &str = "mcm.gardener.cloud/machine-name";
 
+    /// Prefix of the cluster tag key on Azure (`kubernetes.io-cluster-<cluster>`): Azure tag keys cannot hold `/`,
+    /// so Gardener's Azure classes spell the keys with `-`.
+    pub const AZURE_CLUSTER_PREFIX: &str = "kubernetes.io-cluster-";
+    /// Prefix of the role tag key on Azure (`kubernetes.io-role-<role>`).
+    pub const AZURE_ROLE_PREFIX: &str = "kubernetes.io-role-";
+
     /// The cluster and role tag keys among `tags`, or a message naming what is missing.
     pub fn ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        ownership_with(tags, CLUSTER_PREFIX, ROLE_PREFIX)
+    }
+
+    /// As [`ownership`], with Azure's spelling of the keys.
+    pub fn azure_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        ownership_with(tags, AZURE_CLUSTER_PREFIX, AZURE_ROLE_PREFIX)
+    }
+
+    /// The cluster and role tag keys in either spelling (for code that serves every provider), or the message of
+    /// [`ownership`].
+    pub fn any_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
         let keys: Vec<&String> = tags.into_iter().collect();
-        let cluster = keys.iter().find(|k| k.starts_with(CLUSTER_PREFIX) && k.len() > CLUSTER_PREFIX.len());
-        let role = keys.iter().find(|k| k.starts_with(ROLE_PREFIX) && k.len() > ROLE_PREFIX.len());
+        ownership(keys.iter().copied()).or_else(|why| azure_ownership(keys.iter().copied()).map_err(|_| why))
+    }
+
+    fn ownership_with<'a>(
+        tags: impl IntoIterator<Item = &'a String>,
+        cluster_prefix: &str,
+        role_prefix: &str,
+    ) -> Result<(String, String), String> {
+        let keys: Vec<&String> = tags.into_iter().collect();
+        let cluster = keys.iter().find(|k| k.starts_with(cluster_prefix) && k.len() > cluster_prefix.len());
+        let role = keys.iter().find(|k| k.starts_with(role_prefix) && k.len() > role_prefix.len());
         match (cluster, role) {
             (Some(c), Some(r)) => Ok((c.to_string(), r.to_string())),
-            (None, _) => Err(format!("must contain a tag key {CLUSTER_PREFIX}<cluster name>")),
-            (_, None) => Err(format!("must contain a tag key {ROLE_PREFIX}<role>")),
+            (None, _) => Err(format!("must contain a tag key {cluster_prefix}<cluster name>")),
+            (_, None) => Err(format!("must contain a tag key {role_prefix}<role>")),
         }
     }
 }
@@ -174,5 +200,12 @@ mod tests {
         );
         assert!(tags::ownership(&ok[..1]).unwrap_err().contains("kubernetes.io/role/"));
         assert!(tags::ownership(&[]).unwrap_err().contains("kubernetes.io/cluster/"));
+        let azure = ["kubernetes.io-cluster-dev".to_string(), "kubernetes.io-role-node".to_string()];
+        assert!(tags::ownership(&azure).is_err(), "AWS, GCP and InMemory classes keep the slash spelling");
+        assert_eq!(tags::azure_ownership(&azure).unwrap().0, "kubernetes.io-cluster-dev");
+        assert!(tags::azure_ownership(&ok).is_err());
+        assert_eq!(tags::any_ownership(&azure).unwrap().1, "kubernetes.io-role-node");
+        assert_eq!(tags::any_ownership(&ok).unwrap().1, "kubernetes.io/role/node");
+        assert!(tags::any_ownership(&azure[..1]).unwrap_err().contains("kubernetes.io/cluster/"));
     }
 }

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::providers::DriverError;
 use crate::providers::fields::Obj;
+use crate::providers::{DriverError, tags};
 
 /// The top-level providerSpec fields, as Gardener's Azure provider names them.
 pub const FIELDS: &[&str] =
@@ -15,9 +15,9 @@ pub const FIELDS: &[&str] =
 
 /// Prefix of the cluster tag key. Azure tag keys cannot hold `/`, so Gardener's Azure classes spell the cluster
 /// key `kubernetes.io-cluster-<cluster>` (not `kubernetes.io/cluster/<cluster>`).
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io-cluster-";
+pub const CLUSTER_TAG_PREFIX: &str = tags::AZURE_CLUSTER_PREFIX;
 /// Prefix of the role tag key (`kubernetes.io-role-<role>`).
-pub const ROLE_TAG_PREFIX: &str = "kubernetes.io-role-";
+pub const ROLE_TAG_PREFIX: &str = tags::AZURE_ROLE_PREFIX;
 
 /// Azure allows 50 tags per resource. The VM's name is the machine's name, so no tag carries it.
 pub const MAX_TAGS: usize = 50;
@@ -255,20 +255,7 @@ impl ProviderSpec {
 
 fn parse_tags(spec: &Obj<'_>) -> Result<(BTreeMap<String, String>, String, String), DriverError> {
     let tags = spec.string_map("tags")?.unwrap_or_default();
-    let cluster = tags.keys().find(|k| k.starts_with(CLUSTER_TAG_PREFIX) && k.len() > CLUSTER_TAG_PREFIX.len());
-    let role = tags.keys().find(|k| k.starts_with(ROLE_TAG_PREFIX) && k.len() > ROLE_TAG_PREFIX.len());
-    let (cluster, role) = match (cluster, role) {
-        (Some(c), Some(r)) => (c.clone(), r.clone()),
-        (None, _) => {
-            return Err(DriverError::invalid_field(
-                "tags",
-                format!("must contain a tag key {CLUSTER_TAG_PREFIX}<cluster name>"),
-            ));
-        }
-        (_, None) => {
-            return Err(DriverError::invalid_field("tags", format!("must contain a tag key {ROLE_TAG_PREFIX}<role>")));
-        }
-    };
+    let (cluster, role) = tags::azure_ownership(tags.keys()).map_err(|why| DriverError::invalid_field("tags", why))?;
     if tags.len() > MAX_TAGS {
         return Err(DriverError::invalid_field(
             "tags",

@@ -3,6 +3,7 @@
 //! never show in errors or logs.
 
 mod fake;
+mod machines;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
