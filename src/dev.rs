@@ -202,6 +202,8 @@ impl DevEnvironment {
         drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
         #[cfg(feature = "gcp")]
         drivers.register(Arc::new(crate::providers::gcp::GcpDriver::new()));
+        #[cfg(feature = "azure")]
+        drivers.register(Arc::new(crate::providers::azure::AzureDriver::new()));
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),

@@ -227,9 +227,13 @@ fn execute(cli: Cli) -> Result<(), CliError> {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // The AWS SDK logs the access key ID at debug level; a broad RUST_LOG=debug must not print it.
+    // Cloud SDKs log credentials at debug or trace level; a broad RUST_LOG=debug must not print them.
+    // The AWS SDK logs the access key ID at debug level.
     #[cfg(feature = "aws")]
     let filter = crate::providers::aws::quiet_sdk_logs(filter, &std::env::var("RUST_LOG").unwrap_or_default());
+    // azure_core prints the bearer token with each request at trace level.
+    #[cfg(feature = "azure")]
+    let filter = crate::providers::azure::quiet_sdk_logs(filter, &std::env::var("RUST_LOG").unwrap_or_default());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 

@@ -192,7 +192,8 @@ pub fn confirm(suspects: &[Orphan], relisted: &BTreeMap<String, String>, fresh: 
         .collect()
 }
 
-/// Why a class's VMs are not looked at: its providerSpec lists `tags` without this cluster's ownership keys, so a
+/// Why a class's VMs are not looked at: its providerSpec lists `tags` without this cluster's ownership keys (in
+/// either spelling: `kubernetes.io/cluster/<c>`, or Azure's `kubernetes.io-cluster-<c>`), so a
 /// listing by them could not be trusted to hold only this cluster's VMs. Classes without a `tags` field are left to
 /// their driver, which selects by its own ownership rules. A list of tags is GCP's network tags
 /// (`kubernetes-io-cluster-<cluster>`); a map holds tag keys (`kubernetes.io/cluster/<cluster>`).
@@ -205,7 +206,7 @@ pub fn class_tags_problem(provider_spec: &Value) -> Option<String> {
         }
         None => {
             let keys: Vec<String> = tags.as_object().map(|t| t.keys().cloned().collect()).unwrap_or_default();
-            tags::ownership(&keys)
+            tags::any_ownership(&keys)
         }
     };
     found.err().map(|why| format!("providerSpec.tags {why}"))
@@ -548,6 +549,12 @@ mod tests {
                 json!({"tags": ["kubernetes.io/cluster/a", "kubernetes.io/role/n"]}),
                 Some("kubernetes-io-cluster-"),
             ),
+            (
+                "Azure's spelling",
+                json!({"tags": {"kubernetes.io-cluster-a": "1", "kubernetes.io-role-node": "1"}}),
+                None,
+            ),
+            ("Azure's, no role key", json!({"tags": {"kubernetes.io-cluster-a": "1"}}), Some("kubernetes.io/cluster/")),
         ];
         for (name, spec, want) in cases {
             let got = class_tags_problem(&spec);

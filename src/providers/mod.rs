@@ -7,15 +7,19 @@
 
 #[cfg(feature = "aws")]
 pub mod aws;
+#[cfg(feature = "azure")]
+pub mod azure;
 pub mod conformance;
 mod error;
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
+#[allow(dead_code)] // each cloud driver reads a part of it
+mod fields;
 #[cfg(feature = "gcp")]
 pub mod gcp;
 pub mod inmemory;
 pub mod limit;
-pub mod redact;
-#[allow(dead_code)] // used by the cloud drivers behind features
-mod spec_json;
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
+pub mod secrets;
 mod types;
 
 use std::collections::BTreeMap;

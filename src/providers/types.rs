@@ -150,6 +150,12 @@ pub mod tags {
     /// Prefix of the role network tag of GCE instances (`kubernetes-io-role-<role>`).
     pub const NETWORK_ROLE_PREFIX: &str = "kubernetes-io-role-";
 
+    /// Prefix of the cluster tag key on Azure (`kubernetes.io-cluster-<cluster>`): Azure tag keys cannot hold `/`,
+    /// so Gardener's Azure classes spell the keys with `-`.
+    pub const AZURE_CLUSTER_PREFIX: &str = "kubernetes.io-cluster-";
+    /// Prefix of the role tag key on Azure (`kubernetes.io-role-<role>`).
+    pub const AZURE_ROLE_PREFIX: &str = "kubernetes.io-role-";
+
     /// The cluster and role tag keys among `tags`, or a message naming what is missing.
     pub fn ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
         find_pair(tags, CLUSTER_PREFIX, ROLE_PREFIX, "a tag key")
@@ -158,6 +164,18 @@ pub mod tags {
     /// The cluster and role tags among GCE network tags (a list, not a map), or a message naming what is missing.
     pub fn network_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
         find_pair(tags, NETWORK_CLUSTER_PREFIX, NETWORK_ROLE_PREFIX, "a tag")
+    }
+
+    /// As [`ownership`], with Azure's spelling of the keys.
+    pub fn azure_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        find_pair(tags, AZURE_CLUSTER_PREFIX, AZURE_ROLE_PREFIX, "a tag key")
+    }
+
+    /// The cluster and role tag keys in either spelling (for code that serves every provider), or the message of
+    /// [`ownership`].
+    pub fn any_ownership<'a>(tags: impl IntoIterator<Item = &'a String>) -> Result<(String, String), String> {
+        let keys: Vec<&String> = tags.into_iter().collect();
+        ownership(keys.iter().copied()).or_else(|why| azure_ownership(keys.iter().copied()).map_err(|_| why))
     }
 
     fn find_pair<'a>(
@@ -208,5 +226,12 @@ mod tests {
             "must contain a tag kubernetes-io-cluster-<cluster name>"
         );
         assert!(tags::network_ownership(&network[..1]).unwrap_err().contains("kubernetes-io-role-"));
+        let azure = ["kubernetes.io-cluster-dev".to_string(), "kubernetes.io-role-node".to_string()];
+        assert!(tags::ownership(&azure).is_err(), "AWS, GCP and InMemory classes keep the slash spelling");
+        assert_eq!(tags::azure_ownership(&azure).unwrap().0, "kubernetes.io-cluster-dev");
+        assert!(tags::azure_ownership(&ok).is_err());
+        assert_eq!(tags::any_ownership(&azure).unwrap().1, "kubernetes.io-role-node");
+        assert_eq!(tags::any_ownership(&ok).unwrap().1, "kubernetes.io/role/node");
+        assert!(tags::any_ownership(&azure[..1]).unwrap_err().contains("kubernetes.io/cluster/"));
     }
 }

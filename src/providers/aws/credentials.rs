@@ -1,11 +1,10 @@
 //! What the AWS driver reads from the class secret: credentials (static keys or workload identity), `userData`
 //! and an optional endpoint. Secret values are held in [`Sensitive`], whose `Debug` prints `<redacted>`.
 
-use std::fmt;
-
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
+pub use crate::providers::secrets::{Sensitive, scrub};
 use crate::providers::{Code, DriverError, SecretData};
 
 /// Secret keys holding the access key ID, first match wins (Gardener's name, then its documented aliases).
@@ -20,34 +19,6 @@ pub const TOKEN_FILE_KEY: &str = "workloadIdentityTokenFile";
 pub const ROLE_ARN_KEY: &str = "roleARN";
 /// Optional secret key overriding the EC2 endpoint for this class (an AWS-compatible cloud, a test server).
 pub const ENDPOINT_KEY: &str = "endpoint";
-
-/// A secret string: `Debug` and `Display` never show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Sensitive(String);
-
-impl Sensitive {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Sensitive(value.into())
-    }
-
-    /// The value itself; only to hand to the SDK.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Sensitive {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
-
-impl fmt::Display for Sensitive {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
 
 /// How the driver authenticates to EC2.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,7 +52,7 @@ impl Credentials {
         }
         match (text(ACCESS_KEY_ID_KEYS), text(SECRET_ACCESS_KEY_KEYS)) {
             (Some(id), Some(key)) => {
-                Ok(Credentials::Static { access_key_id: Sensitive(id), secret_access_key: Sensitive(key) })
+                Ok(Credentials::Static { access_key_id: Sensitive::new(id), secret_access_key: Sensitive::new(key) })
             }
             (id, _) => {
                 let keys = if id.is_none() { ACCESS_KEY_ID_KEYS } else { SECRET_ACCESS_KEY_KEYS };
@@ -102,7 +73,7 @@ pub fn user_data(secret: &SecretData) -> Result<Sensitive, DriverError> {
         .iter()
         .find_map(|k| secret.0.get(*k))
         .filter(|v| !v.is_empty())
-        .map(|v| Sensitive(BASE64.encode(v)))
+        .map(|v| Sensitive::new(BASE64.encode(v)))
         .ok_or_else(|| missing(&format!("needs {} (the cloud-init for new instances)", USER_DATA_KEYS[0])))
 }
 
@@ -132,27 +103,6 @@ pub fn endpoint(
         ));
     }
     Ok(Some(url))
-}
-
-/// Replaces every secret value of `secret` (4 bytes or longer), as it is and base64-encoded, found in `text` with
-/// `<redacted>`: messages from AWS or the SDK can echo request data, and error text must never carry credentials
-/// or user data.
-pub fn scrub(text: &str, secret: &SecretData) -> String {
-    let mut values: Vec<String> = secret
-        .0
-        .values()
-        .flat_map(|v| [String::from_utf8_lossy(v).trim().to_string(), BASE64.encode(v)])
-        .filter(|v| v.len() >= 4)
-        .collect();
-    // Longest first, so a value containing another is replaced whole.
-    values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    let mut out = text.to_string();
-    for value in values {
-        if out.contains(&value) {
-            out = out.replace(&value, "<redacted>");
-        }
-    }
-    out
 }
 
 #[cfg(test)]

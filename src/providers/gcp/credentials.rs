@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::providers::redact::Sensitive;
+use crate::providers::secrets::Sensitive;
 use crate::providers::{Code, DriverError, SecretData};
 
 /// Secret keys holding a service-account key (JSON), first match wins: Gardener's name, then its alias.

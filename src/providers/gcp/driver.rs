@@ -21,7 +21,7 @@ use super::credentials::{self, Account, Credentials};
 use super::errors::Failure;
 use super::request::{self, InstanceRef};
 use super::spec::{self, ProviderSpec};
-use crate::providers::redact::scrub;
+use crate::providers::secrets::scrub;
 use crate::providers::{
     ClassInfo, Code, CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, GetVolumeIdsRequest,
     InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse, SecretData,
@@ -677,7 +677,7 @@ mod tests {
         let a = cache_key(None, Some(&creds));
         assert_ne!(a, cache_key(Some("http://x"), Some(&creds)));
         assert_ne!(a, cache_key(None, None));
-        let other = Credentials::ServiceAccount(crate::providers::redact::Sensitive::new(key_json("other")));
+        let other = Credentials::ServiceAccount(crate::providers::secrets::Sensitive::new(key_json("other")));
         assert_ne!(a, cache_key(None, Some(&other)));
         assert!(!a.contains("MIIE") && a.len() == 64);
     }

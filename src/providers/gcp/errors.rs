@@ -6,7 +6,7 @@
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::StatusDetails;
 
-use crate::providers::redact::scrub;
+use crate::providers::secrets::scrub;
 use crate::providers::{Code, DriverError, SecretData};
 
 /// Operation error codes meaning the zone has no capacity for the instance.

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::providers::spec_json::Obj;
+use crate::providers::fields::Obj;
 use crate::providers::{DriverError, tags};
 
 /// The top-level providerSpec fields, as Gardener's GCP provider names them (`APIVersion` and `kind` are read and

@@ -8,8 +8,6 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{Filter, Instance};
 use kube::Api;
 use mcm::api::mcm::Machine;
-use mcm::controllers::ControllerOptions;
-use mcm::lifecycle::safety::SafetyConfig;
 use mcm::providers::{Driver, ListMachinesRequest, SecretData};
 use serde_json::json;
 
@@ -19,18 +17,6 @@ use crate::support::wait_until;
 
 const CLUSTER: &str = "shoot--aws";
 const WAIT: Duration = Duration::from_secs(90);
-
-/// The sets tests' options, with the safety controller looking for orphans every second.
-fn options() -> ControllerOptions {
-    ControllerOptions {
-        safety: SafetyConfig {
-            orphan_vms_period: Duration::from_secs(1),
-            orphan_trigger_cooldown: Duration::from_millis(100),
-            ..SafetyConfig::default()
-        },
-        ..crate::sets::options()
-    }
-}
 
 /// The class `aws` (Gardener's AWS providerSpec, tagged for [`CLUSTER`]) and its secret, which names moto.
 async fn aws_class(env: &Env, world: &World) {
@@ -111,7 +97,7 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
         .launch(&[("kubernetes.io/cluster/other", "1"), ("kubernetes.io/role/node", "1"), ("Name", "theirs")])
         .await;
 
-    let env = Env::start(options()).await;
+    let env = Env::start(super::controller_options()).await;
     aws_class(&env, &world).await;
     env.create("pool.yaml", &deployment(3).to_string()).await;
 

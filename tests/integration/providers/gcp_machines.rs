@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use kube::Api;
 use mcm::api::mcm::Machine;
-use mcm::controllers::ControllerOptions;
-use mcm::lifecycle::safety::SafetyConfig;
 use serde_json::json;
 
 use super::gcp::{PROJECT, USER_DATA, ZONE, service_account_key, spec};
@@ -20,17 +18,6 @@ const CLUSTER: &str = "shoot--gcp";
 const WAIT: Duration = Duration::from_secs(90);
 
 /// The sets tests' options, with the safety controller looking for orphans every second (as `aws_machines.rs`).
-fn options() -> ControllerOptions {
-    ControllerOptions {
-        safety: SafetyConfig {
-            orphan_vms_period: Duration::from_secs(1),
-            orphan_trigger_cooldown: Duration::from_millis(100),
-            ..SafetyConfig::default()
-        },
-        ..crate::sets::options()
-    }
-}
-
 fn deployment(replicas: i32) -> serde_json::Value {
     json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineDeployment",
@@ -73,7 +60,7 @@ async fn a_deployment_on_gcp_scales_up_and_down_and_orphans_are_collected() {
     fake.seed_instance(PROJECT, ZONE, "untagged", &[]);
     fake.seed_instance(PROJECT, ZONE, "theirs", &["kubernetes-io-cluster-other", "kubernetes-io-role-node"]);
 
-    let env = Env::start(options()).await;
+    let env = Env::start(super::controller_options()).await;
     let (key, _) = service_account_key(&fake);
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",

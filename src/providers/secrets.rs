@@ -6,7 +6,7 @@ use std::fmt;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use super::SecretData;
+use crate::providers::SecretData;
 
 /// The text every redacted value is replaced with.
 pub const REDACTED: &str = "<redacted>";
@@ -39,24 +39,26 @@ impl fmt::Display for Sensitive {
     }
 }
 
-/// `text` with every value of `secret` (4 bytes or longer), as it is, trimmed, line by line (a PEM key's lines, a
-/// JSON key's fields) and base64-encoded, replaced by `<redacted>`.
+/// `text` with every value of `secret` (4 bytes or longer), as it is, trimmed, and base64-encoded, replaced by
+/// `<redacted>`; also each line of a multi-line value (a PEM key's lines, also inside a one-line JSON key where they
+/// are joined by `\n` escapes), where a line is long or a single word, so that short prose lines of, say, user data
+/// do not blank out ordinary words.
 pub fn scrub(text: &str, secret: &SecretData) -> String {
-    let mut values: Vec<String> = secret
-        .0
-        .values()
-        .flat_map(|v| {
-            let plain = String::from_utf8_lossy(v).into_owned();
-            // Lines of a PEM key, also inside a one-line JSON key where they are joined by `\n` escapes.
-            let lines: Vec<String> =
-                plain.split('\n').flat_map(|l| l.split("\\n")).map(|l| l.trim().to_string()).collect();
-            [plain.trim().to_string(), BASE64.encode(v)].into_iter().chain(lines)
-        })
-        .filter(|v| v.len() >= 16 || (v.len() >= 4 && !v.contains(char::is_whitespace) && !is_common(v)))
-        .collect();
+    let mut values = std::collections::BTreeSet::new();
+    for v in secret.0.values() {
+        let plain = String::from_utf8_lossy(v).into_owned();
+        values.extend([plain.trim().to_string(), BASE64.encode(v)].into_iter().filter(|v| v.len() >= 4));
+        values.extend(
+            plain
+                .split('\n')
+                .flat_map(|l| l.split("\\n"))
+                .map(|l| l.trim().to_string())
+                .filter(|l| l.len() >= 16 || (l.len() >= 4 && !l.contains(char::is_whitespace) && !is_common(l))),
+        );
+    }
     // Longest first, so a value containing another is replaced whole.
+    let mut values: Vec<String> = values.into_iter().collect();
     values.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    values.dedup();
     let mut out = text.to_string();
     for value in values {
         if out.contains(&value) {
