@@ -6,6 +6,7 @@
 
 mod deletion;
 mod rollout;
+mod sample;
 
 use std::time::Duration;
 
