@@ -130,9 +130,10 @@ pub(crate) fn condition_to_capi(
 }
 
 /// MCM's fields of a metav1 condition: status, reason, message (empty ones absent), transition time.
-pub(crate) fn condition_from_capi(
-    c: &Condition,
-) -> Option<(ConditionStatus, Option<String>, Option<String>, Option<Time>)> {
+/// A hub condition's parts: status, reason, message, last transition time.
+pub(crate) type HubConditionParts = (ConditionStatus, Option<String>, Option<String>, Option<Time>);
+
+pub(crate) fn condition_from_capi(c: &Condition) -> Option<HubConditionParts> {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
     Some((
         ConditionStatus::from(c.status.as_str()),

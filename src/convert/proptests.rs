@@ -87,9 +87,9 @@ fn class() -> impl Strategy<Value = ClassSpec> {
         .prop_map(|(api_group, kind, name)| ClassSpec { api_group, kind, name })
 }
 
-fn template_meta<T: std::fmt::Debug>(
-    build: fn(Option<BTreeMap<String, String>>, Option<BTreeMap<String, String>>) -> T,
-) -> impl Strategy<Value = Option<T>> {
+type StringMap = Option<BTreeMap<String, String>>;
+
+fn template_meta<T: std::fmt::Debug>(build: fn(StringMap, StringMap) -> T) -> impl Strategy<Value = Option<T>> {
     (map(), map()).prop_map(move |(l, a)| (l.is_some() || a.is_some()).then(|| build(l, a)))
 }
 

@@ -84,10 +84,10 @@ fn whole_seconds(d: Duration) -> Option<i32> {
     (d.subsec_nanos() == 0).then(|| i32::try_from(d.as_secs()).ok()).flatten()
 }
 
-fn template_meta(
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
-) -> (Option<BTreeMap<String, String>>, Option<BTreeMap<String, String>>) {
+/// Labels or annotations, absent when empty.
+type StringMap = Option<BTreeMap<String, String>>;
+
+fn template_meta(labels: StringMap, annotations: StringMap) -> (StringMap, StringMap) {
     let empty = |m: Option<BTreeMap<String, String>>| m.filter(|m| !m.is_empty());
     (empty(labels), empty(annotations))
 }
