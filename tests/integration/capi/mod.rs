@@ -7,6 +7,7 @@
 mod deletion;
 mod rollout;
 mod sample;
+mod shared;
 
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use mcm::api::infra::{MCMMachine, MCMMachineTemplate};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::machines::{Env, NS, fast_options};
+pub use crate::machines::NS;
+use crate::machines::{Env, fast_options};
 use crate::support::wait_until;
 
 /// Long enough for anything these tests wait for.
