@@ -8,6 +8,7 @@ mod deletion;
 mod rollout;
 mod sample;
 mod shared;
+mod template;
 
 use std::time::Duration;
 
