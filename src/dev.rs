@@ -27,9 +27,10 @@ pub struct DevOptions {
     pub data_dir: Option<PathBuf>,
     /// Run only the API server (no CRDs, no controllers, no sample).
     pub apiserver_only: bool,
-    /// Apply the sample objects (`config/samples/inmemory-machinedeployment.yaml`).
+    /// Apply the sample objects ([`SAMPLE`] and [`CAPI_SAMPLE`]).
     pub sample: bool,
-    /// How the machine controllers run.
+    /// How the machine controllers run; `mcm dev` sets `capi_core` (mode "CAPI with MCM core": no upstream CAPI
+    /// core runs here).
     pub controllers: ControllerOptions,
     /// How the CAPI infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate) run.
     pub infra: InfraOptions,
@@ -43,14 +44,17 @@ impl Default for DevOptions {
             data_dir: None,
             apiserver_only: false,
             sample: true,
-            controllers: ControllerOptions::default(),
+            controllers: ControllerOptions { capi_core: true, ..ControllerOptions::default() },
             infra: InfraOptions::default(),
         }
     }
 }
 
-/// The sample `mcm dev` applies.
+/// The MCM sample `mcm dev` applies (namespace `mcm-sample`).
 pub const SAMPLE: &str = include_str!("../config/samples/inmemory-machinedeployment.yaml");
+
+/// The Cluster API sample `mcm dev` applies (namespace `capi-sample`).
+pub const CAPI_SAMPLE: &str = include_str!("../config/samples/capi-inmemory.yaml");
 
 /// Applies a multi-document YAML manifest with server-side apply (field manager `mcm-dev`); returns what was
 /// applied, as `Kind namespace/name`.
@@ -243,9 +247,18 @@ impl DevEnvironment {
             "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
              deployment, overshoot freeze) and the infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate)",
         );
+        if options.controllers.capi_core {
+            progress(
+                "started the CAPI core controllers (Cluster, MachineDeployment, MachineSet, Machine on cluster.x-k8s.io; \
+                 they stand down if upstream Cluster API core holds the objects)",
+            );
+        }
         if options.sample {
             environment.sample = apply_manifest(&client, SAMPLE).await?;
-            progress(&format!("applied the sample: {}", environment.sample.join(", ")));
+            progress(&format!("applied the MCM sample: {}", environment.sample.join(", ")));
+            let capi = apply_manifest(&client, CAPI_SAMPLE).await?;
+            progress(&format!("applied the Cluster API sample: {}", capi.join(", ")));
+            environment.sample.extend(capi);
         }
         Ok(environment)
     }
@@ -313,6 +326,7 @@ pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output 
         println!("       {k} get nodes");
         if options.sample {
             println!("       {k} -n mcm-sample get mcd,mcs,mc,mcc");
+            println!("       {k} -n capi-sample get cluster-api");
         }
     }
     println!("       {k} api-resources");

@@ -91,7 +91,7 @@ struct DevArgs {
     /// Keep the API server's objects in this directory across restarts (in memory otherwise).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// Do not create the sample objects.
+    /// Do not create the sample objects (the MCM sample in mcm-sample, the Cluster API sample in capi-sample).
     #[arg(long)]
     no_sample: bool,
     /// Run the API server alone: no CRDs, no controllers, no sample (for exploring with kubectl).
@@ -201,6 +201,8 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             init_logging();
             let mut controllers = args.controllers.options();
             args.manager.apply(&mut controllers);
+            // `mcm dev` is a cluster without upstream CAPI core: ours reconciles the cluster.x-k8s.io objects.
+            controllers.capi_core = true;
             let infra = args.infra.options(&controllers);
             let options = crate::dev::DevOptions {
                 listen: args.listen,

@@ -417,7 +417,9 @@ mod tests {
         let (ready, not_ready) = (node(true, 10), node(false, 10));
         let ten_min = Duration::from_secs(600);
         // (case, bootstrap, infra, node, now, previous phase, expected phase, provider id to copy)
-        let cases: Vec<(&str, bool, Option<&MCMMachine>, Option<&Node>, i64, Option<&str>, &str, Option<&str>)> = vec![
+        type Row<'a> =
+            (&'a str, bool, Option<&'a MCMMachine>, Option<&'a Node>, i64, Option<&'a str>, &'a str, Option<&'a str>);
+        let cases: Vec<Row<'_>> = vec![
             ("no bootstrap data", false, None, None, 5, None, phase::PENDING, None),
             ("bootstrap data, no MCMMachine", true, None, None, 5, None, phase::PROVISIONING, None),
             ("not provisioned", true, Some(&inp), None, 5, None, phase::PROVISIONING, None),
@@ -516,7 +518,9 @@ mod tests {
         let n = node(true, 0);
         let (i, gone) = (infra(true, false), infra(true, true));
         // (case, annotations, infra, node, drained, drain started, now, step)
-        let cases: Vec<(&str, Vec<&str>, Option<&MCMMachine>, Option<&Node>, bool, Option<i64>, i64, DeletionStep)> = vec![
+        type Row<'a> =
+            (&'a str, Vec<&'a str>, Option<&'a MCMMachine>, Option<&'a Node>, bool, Option<i64>, i64, DeletionStep);
+        let cases: Vec<Row<'_>> = vec![
             (
                 "pre-drain hook",
                 vec!["pre-drain.delete.hook.machine.cluster.x-k8s.io/x"],

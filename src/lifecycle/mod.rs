@@ -13,10 +13,12 @@
 //!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`); [`claim`]: which
 //!   objects a set or deployment controls, adopts or releases.
 //! - [`safety`]: orphan VMs, Nodes no Machine manages, and the API-server freeze.
+//! - [`capi_machine`], [`capi_cluster`]: the Machine and Cluster decisions of mode "CAPI with MCM core".
 //! - [`infra`]: what the CAPI infrastructure provider adds on top (gates, conditions, placement, templates).
 //!
 //! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
 
+pub mod capi_cluster;
 pub mod capi_machine;
 pub mod claim;
 pub mod class;

@@ -13,5 +13,6 @@ mod machines;
 mod packaging;
 mod providers;
 mod run;
+mod scenarios;
 mod sets;
 mod support;

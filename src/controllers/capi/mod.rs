@@ -8,9 +8,14 @@
 //! a Machine waits for its MCMMachine (created by the MachineSet controller as a clone of the template) to report
 //! `status.initialization.provisioned`.
 //!
+//! The Cluster controller does the part of upstream core's Cluster controller workers need: it owns the MCMCluster
+//! and mirrors its `provisioned` onto `Cluster.status.initialization.infrastructureProvisioned`
+//! (`lifecycle::capi_cluster`).
+//!
 //! The controllers refuse to start when upstream CAPI core's finalizers are found on the objects (both would act on
 //! them).
 
+mod cluster;
 mod machine;
 mod machine_deployment;
 mod machine_set;
@@ -36,14 +41,18 @@ use super::informer::{Informer, Notice};
 use super::sets::SetOptions;
 use super::{ControllerOptions, refs};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
-use crate::api::infra::MCMMachine;
+use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
 
 /// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
-pub const UPSTREAM_CORE_FINALIZERS: [&str; 3] =
-    ["cluster.x-k8s.io/machinedeployment", "cluster.x-k8s.io/machineset", "machine.cluster.x-k8s.io"];
+pub const UPSTREAM_CORE_FINALIZERS: [&str; 4] = [
+    "cluster.x-k8s.io/machinedeployment",
+    "cluster.x-k8s.io/machineset",
+    "machine.cluster.x-k8s.io",
+    "cluster.cluster.x-k8s.io",
+];
 
 /// Whether upstream CAPI core's controllers hold `meta` (one of their finalizers is on it).
 pub fn held_by_upstream_core(meta: &ObjectMeta) -> bool {
@@ -60,6 +69,8 @@ pub(crate) struct CapiContext {
     pub sets: Store<MachineSet>,
     pub deployments: Store<MachineDeployment>,
     pub infra: Store<MCMMachine>,
+    pub clusters: Store<capi::Cluster>,
+    pub infra_clusters: Store<MCMCluster>,
     pub nodes: Option<Store<Node>>,
     pub ready: Vec<watch::Receiver<bool>>,
     pub set_events: Recorder,
@@ -157,9 +168,19 @@ pub(crate) fn start(
     let mut deployments: Informer<MachineDeployment> =
         Informer::new(scoped(control.clone(), ns), watcher::Config::default());
     let mut infra: Informer<MCMMachine> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut clusters: Informer<capi::Cluster> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut infra_clusters: Informer<MCMCluster> =
+        Informer::new(scoped(control.clone(), ns), watcher::Config::default());
     let recorder =
         |name: &str| Recorder::new(control.clone(), Reporter { controller: name.to_string(), instance: None });
-    let mut ready = vec![machines.ready(), sets.ready(), deployments.ready(), infra.ready()];
+    let mut ready = vec![
+        machines.ready(),
+        sets.ready(),
+        deployments.ready(),
+        infra.ready(),
+        clusters.ready(),
+        infra_clusters.ready(),
+    ];
     let mut node_notices = None;
     let node_store = nodes.map(|n| {
         ready.push(n.ready());
@@ -175,6 +196,8 @@ pub(crate) fn start(
         sets: sets.store(),
         deployments: deployments.store(),
         infra: infra.store(),
+        clusters: clusters.store(),
+        infra_clusters: infra_clusters.store(),
         nodes: node_store,
         ready,
         set_events: recorder("machineset-controller"),
@@ -212,9 +235,17 @@ pub(crate) fn start(
     let machine_triggers = machine_triggers(&mut machines, &mut infra, node_notices, &ctx);
     let machine_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
         .reconcile_on(machine_triggers)
-        .with_config(config)
+        .with_config(config.clone())
         .graceful_shutdown_on(shutdown())
         .run(machine::reconcile, machine::error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+
+    let cluster_triggers = cluster_triggers(&mut clusters, &mut infra_clusters, &ctx);
+    let cluster_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.clusters.clone())
+        .reconcile_on(cluster_triggers)
+        .with_config(config)
+        .graceful_shutdown_on(shutdown())
+        .run(cluster::reconcile, cluster::error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
 
     let guard = ctx.clone();
@@ -222,7 +253,8 @@ pub(crate) fn start(
         guard.ready().await;
         let held = guard.deployments.state().iter().any(|o| held_by_upstream_core(&o.metadata))
             || guard.sets.state().iter().any(|o| held_by_upstream_core(&o.metadata))
-            || guard.machines.state().iter().any(|o| held_by_upstream_core(&o.metadata));
+            || guard.machines.state().iter().any(|o| held_by_upstream_core(&o.metadata))
+            || guard.clusters.state().iter().any(|o| held_by_upstream_core(&o.metadata));
         if held {
             tracing::error!(
                 "upstream Cluster API core manages these cluster.x-k8s.io objects (its finalizers are on them); \
@@ -230,8 +262,8 @@ pub(crate) fn start(
             );
             return;
         }
-        tracing::info!("CAPI MachineDeployment, MachineSet and Machine controllers (MCM core) started");
-        futures::join!(set_controller, deployment_controller, machine_controller);
+        tracing::info!("CAPI Cluster, MachineDeployment, MachineSet and Machine controllers (MCM core) started");
+        futures::join!(set_controller, deployment_controller, machine_controller, cluster_controller);
     };
     Started {
         controllers: vec![tokio::spawn(controllers)],
@@ -240,6 +272,8 @@ pub(crate) fn start(
             tokio::spawn(sets.run()),
             tokio::spawn(deployments.run()),
             tokio::spawn(infra.run()),
+            tokio::spawn(clusters.run()),
+            tokio::spawn(infra_clusters.run()),
         ],
     }
 }
@@ -321,6 +355,34 @@ fn deployment_triggers(
     stream::select_all(vec![own.boxed(), by_set.boxed(), by_machine.boxed()])
 }
 
+/// Cluster changes, and changes of the MCMCluster a Cluster owns or names.
+fn cluster_triggers(
+    clusters: &mut Informer<capi::Cluster>,
+    infra_clusters: &mut Informer<MCMCluster>,
+    ctx: &Arc<CapiContext>,
+) -> impl Stream<Item = ObjectRef<capi::Cluster>> + Send + 'static {
+    let own = refs(clusters.subscribe(), |n| match n {
+        Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
+        Notice::Deleted(_) => None,
+    });
+    let store = ctx.clusters.clone();
+    let by_infra = refs(infra_clusters.subscribe(), move |n: Notice<MCMCluster>| {
+        let i = n.object();
+        let ns = i.namespace().unwrap_or_default();
+        let name = i.name_any();
+        store
+            .state()
+            .iter()
+            .filter(|c| {
+                c.namespace().as_deref() == Some(ns.as_str())
+                    && crate::lifecycle::capi_cluster::infra_name(c) == Some(name.as_str())
+            })
+            .map(|c| ObjectRef::from_obj(&**c))
+            .collect::<Vec<_>>()
+    });
+    stream::select_all(vec![own.boxed(), by_infra.boxed()])
+}
+
 fn machine_triggers(
     machines: &mut Informer<Machine>,
     infra: &mut Informer<MCMMachine>,
@@ -376,6 +438,7 @@ mod tests {
         let meta = |f: &str| ObjectMeta { finalizers: Some(vec![f.to_string()]), ..Default::default() };
         assert!(held_by_upstream_core(&meta("cluster.x-k8s.io/machineset")));
         assert!(held_by_upstream_core(&meta("machine.cluster.x-k8s.io")));
+        assert!(held_by_upstream_core(&meta("cluster.cluster.x-k8s.io")));
         assert!(!held_by_upstream_core(&meta(crate::lifecycle::capi_machine::MACHINE_FINALIZER)));
         assert!(!held_by_upstream_core(&ObjectMeta::default()));
     }

@@ -1,32 +1,12 @@
-//! Deletion: the delete-machine annotation picks the scale-down victim; hooks hold a Machine's deletion.
+//! Deletion: hooks hold a Machine's deletion. (The delete-machine annotation's part in the deletion order is in
+//! the shared tables, `capi::shared`.)
 
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
-use super::{WAIT, create_deployment, deployment, env, patch_deployment, rolling, wait_running};
+use super::{WAIT, create_deployment, deployment, env, rolling, wait_running};
 use crate::support::wait_until;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn delete_machine_annotation_picks_the_victim() {
-    let (env, capi, _provider) = env().await;
-    create_deployment(&capi, deployment("order", 3, "small", rolling(1, 0))).await;
-    let machines = wait_running(&capi, "order", 3).await;
-    // The youngest would not be MCM's first choice among equals; mark the first one.
-    let victim = machines[0].name_any();
-    capi.machines
-        .patch(
-            &victim,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"cluster.x-k8s.io/delete-machine": "yes"}}})),
-        )
-        .await
-        .unwrap();
-    patch_deployment(&capi, "order", json!({"spec": {"replicas": 2}})).await;
-    let left = wait_running(&capi, "order", 2).await;
-    assert!(left.iter().all(|m| m.name_any() != victim), "{victim} was marked for deletion");
-    env.shutdown().await;
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_hold_the_deletion_until_removed() {

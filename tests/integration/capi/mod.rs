@@ -6,6 +6,9 @@
 
 mod deletion;
 mod rollout;
+mod sample;
+mod shared;
+mod template;
 
 use std::time::Duration;
 
@@ -19,7 +22,8 @@ use mcm::api::infra::{MCMMachine, MCMMachineTemplate};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::machines::{Env, NS, fast_options};
+pub use crate::machines::NS;
+use crate::machines::{Env, fast_options};
 use crate::support::wait_until;
 
 /// Long enough for anything these tests wait for.

@@ -8,6 +8,7 @@ mod freeze;
 mod rollout;
 mod sample;
 mod scaling;
+mod shared;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,64 @@
+//! The Cluster controller on CAPI objects, as far as workers need it (`lifecycle::capi_cluster`): it owns the
+//! MCMCluster named by `spec.infrastructureRef` and mirrors its `provisioned`, failure domains, `Ready` and control
+//! plane endpoint onto the Cluster, so MCMMachines pass their Cluster gate. No finalizer: the MCMCluster goes with
+//! the Cluster by garbage collection, and no control plane is managed.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use kube::api::Patch;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::CapiContext;
+use super::machine_set::params;
+use crate::api::capi::Cluster;
+use crate::api::infra::MCMCluster;
+use crate::controllers::context::key_of;
+use crate::controllers::error::Error;
+use crate::controllers::writes;
+use crate::lifecycle::capi_cluster::{ClusterObservation, infra_name, plan_cluster};
+use crate::lifecycle::status_patch;
+
+/// Reconciles a CAPI Cluster.
+pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
+    ctx.ready().await;
+    let namespace = c.namespace().unwrap_or_default();
+    let infra = infra_name(&c).and_then(|name| ctx.infra_clusters.get(&ObjectRef::new(name).within(&namespace)));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });
+    let api: Api<Cluster> = Api::namespaced(ctx.control.clone(), &namespace);
+    if let (Some(owner), Some(infra)) = (&plan.own_infra, &infra) {
+        let infra_api: Api<MCMCluster> = Api::namespaced(ctx.control.clone(), &namespace);
+        let mut owners = infra.owner_references().to_vec();
+        owners.push(owner.clone());
+        // The resourceVersion makes a concurrent change fail (and retry) instead of losing an owner.
+        let patch = json!({"metadata": {
+            "ownerReferences": owners,
+            "resourceVersion": infra.resource_version(),
+        }});
+        writes::merge(&infra_api, &**infra, &patch, "set the owning Cluster of").await?;
+        tracing::info!(cluster = %key_of(&*c), "owns its MCMCluster");
+    }
+    if let Some(endpoint) = &plan.control_plane_endpoint {
+        writes::merge(&api, &*c, &json!({"spec": {"controlPlaneEndpoint": endpoint}}), "set the endpoint of").await?;
+    }
+    let old = c.status.clone().unwrap_or_default();
+    if let Some(patch) = status_patch(&old, &plan.status) {
+        api.patch_status(&c.name_any(), &params(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("patch status of", format!("Cluster {}", key_of(&*c)), e))?;
+        if plan.status.phase != old.phase {
+            tracing::info!(cluster = %key_of(&*c), phase = ?plan.status.phase, "phase");
+        }
+    }
+    Ok(Action::requeue(ctx.config.resync))
+}
+
+/// After an API error: back off per Cluster.
+pub(super) fn error_policy(c: Arc<Cluster>, error: &Error, ctx: Arc<CapiContext>) -> Action {
+    let key = key_of(&*c);
+    tracing::warn!(cluster = %key, error = %error, "reconcile failed");
+    Action::requeue(ctx.retries.fail(&format!("capi-cluster:{key}"), error.retry_class(), &ctx.config, None))
+}

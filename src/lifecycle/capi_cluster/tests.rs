@@ -1,0 +1,151 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use serde_json::json;
+
+use super::*;
+
+fn now() -> Timestamp {
+    "2025-01-01T00:00:00Z".parse().unwrap()
+}
+
+fn cluster(extra: serde_json::Value) -> Cluster {
+    let mut value = json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "Cluster",
+        "metadata": {"name": "dev", "namespace": "ns", "uid": "cluster-uid", "generation": 2},
+        "spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MCMCluster", "name": "dev"}},
+    });
+    json_patch::merge(&mut value, &extra);
+    serde_json::from_value(value).unwrap()
+}
+
+fn infra(extra: serde_json::Value) -> MCMCluster {
+    let mut value = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "MCMCluster",
+        "metadata": {"name": "dev", "namespace": "ns"},
+        "spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}},
+    });
+    json_patch::merge(&mut value, &extra);
+    serde_json::from_value(value).unwrap()
+}
+
+fn ready(status: &str, reason: &str) -> serde_json::Value {
+    json!({"type": "Ready", "status": status, "reason": reason, "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"})
+}
+
+fn cond<'a>(plan: &'a ClusterPlan, type_: &str) -> &'a Condition {
+    plan.status.conditions.as_ref().unwrap().iter().find(|c| c.type_ == type_).unwrap()
+}
+
+#[test]
+fn phases_follow_the_infrastructure_cluster() {
+    let provisioned = infra(json!({"status": {
+        "initialization": {"provisioned": true},
+        "failureDomains": [{"name": "local-a"}],
+        "conditions": [ready("True", "Provisioned")],
+    }}));
+    let waiting = infra(json!({"status": {"conditions": [ready("False", "WaitingForOwner")]}}));
+    let fresh = infra(json!({}));
+    let deleting = cluster(json!({"metadata": {"deletionTimestamp": "2025-01-01T00:00:00Z", "finalizers": ["x"]}}));
+    // (name, cluster, infra, phase, infrastructureProvisioned, InfrastructureReady (status, reason))
+    type Row<'a> = (&'a str, Cluster, Option<&'a MCMCluster>, &'a str, Option<bool>, (&'a str, &'a str));
+    let rows: [Row<'_>; 5] = [
+        (
+            "no MCMCluster",
+            cluster(json!({})),
+            None,
+            phase::PENDING,
+            None,
+            ("False", reason::INFRASTRUCTURE_DOES_NOT_EXIST),
+        ),
+        (
+            "fresh MCMCluster",
+            cluster(json!({})),
+            Some(&fresh),
+            phase::PROVISIONING,
+            None,
+            ("False", reason::INFRASTRUCTURE_NOT_READY),
+        ),
+        (
+            "waiting MCMCluster",
+            cluster(json!({})),
+            Some(&waiting),
+            phase::PROVISIONING,
+            None,
+            ("False", "WaitingForOwner"),
+        ),
+        (
+            "provisioned",
+            cluster(json!({})),
+            Some(&provisioned),
+            phase::PROVISIONED,
+            Some(true),
+            ("True", "Provisioned"),
+        ),
+        ("deleting", deleting, Some(&provisioned), phase::DELETING, Some(true), ("True", "Provisioned")),
+    ];
+    for (name, c, i, want_phase, want_provisioned, (status, reason)) in rows {
+        let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: i, now: now() });
+        assert_eq!(plan.status.phase.as_deref(), Some(want_phase), "{name}");
+        let init = plan.status.initialization.as_ref().and_then(|i| i.infrastructure_provisioned);
+        assert_eq!(init, want_provisioned, "{name}");
+        let r = cond(&plan, condition_type::INFRASTRUCTURE_READY);
+        assert_eq!((r.status.as_str(), r.reason.as_str()), (status, reason), "{name}");
+        assert_eq!(cond(&plan, condition_type::PAUSED).status, "False", "{name}");
+        assert_eq!(plan.status.observed_generation, Some(2), "{name}");
+    }
+    let plan =
+        plan_cluster(&ClusterObservation { cluster: &cluster(json!({})), infra: Some(&provisioned), now: now() });
+    assert_eq!(plan.status.failure_domains.unwrap()[0].name, "local-a");
+}
+
+#[test]
+fn the_infrastructure_cluster_is_owned_once_and_its_endpoint_copied() {
+    let c = cluster(json!({}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&infra(json!({}))), now: now() });
+    let owner = plan.own_infra.unwrap();
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()), ("Cluster", "dev", "cluster-uid"));
+    assert_eq!(owner.controller, Some(true));
+    let endpoint = plan.control_plane_endpoint.unwrap();
+    assert_eq!((endpoint.host.as_deref(), endpoint.port), (Some("10.0.0.1"), Some(6443)));
+
+    let owned = infra(json!({"metadata": {"ownerReferences": [
+        {"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "dev", "uid": "cluster-uid", "controller": true}
+    ]}}));
+    let with_endpoint = cluster(json!({"spec": {"controlPlaneEndpoint": {"host": "1.2.3.4", "port": 443}}}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &with_endpoint, infra: Some(&owned), now: now() });
+    assert_eq!(plan.own_infra, None, "already owned");
+    assert_eq!(plan.control_plane_endpoint, None, "the Cluster's own endpoint wins");
+}
+
+#[test]
+fn a_paused_cluster_only_reports_the_pause() {
+    let c = cluster(json!({"spec": {"paused": true}}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&infra(json!({}))), now: now() });
+    assert_eq!(plan.own_infra, None);
+    assert_eq!(plan.status.phase, None);
+    assert_eq!(cond(&plan, condition_type::PAUSED).status, "True");
+    let annotated = cluster(json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": ""}}}));
+    assert!(paused(&annotated));
+}
+
+#[test]
+fn provisioned_is_sticky_and_transition_times_are_kept() {
+    let earlier = Time("2024-01-01T00:00:00Z".parse().unwrap());
+    let c = cluster(json!({"status": {
+        "initialization": {"infrastructureProvisioned": true},
+        "conditions": [{"type": "Paused", "status": "False", "reason": "NotPaused", "message": "", "lastTransitionTime": "2024-01-01T00:00:00Z"}],
+    }}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&infra(json!({}))), now: now() });
+    assert_eq!(plan.status.phase.as_deref(), Some(phase::PROVISIONED));
+    assert_eq!(cond(&plan, condition_type::PAUSED).last_transition_time, earlier);
+}
+
+#[test]
+fn only_mcm_clusters_are_mirrored() {
+    let other = cluster(
+        json!({"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "dev"}}}),
+    );
+    assert_eq!(infra_name(&other), None);
+    assert_eq!(infra_name(&cluster(json!({}))), Some("dev"));
+}
