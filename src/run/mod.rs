@@ -249,3 +249,57 @@ pub async fn run(
     progress("stopped");
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ListMachinesRequest;
+
+    fn options(cloud_rate_limit: RateLimit) -> RunOptions {
+        RunOptions {
+            kubeconfig: None,
+            target: Target::None,
+            rate_limit: RateLimit { qps: 0.0, burst: 1 },
+            leader: None,
+            metrics_addr: None,
+            health_addr: None,
+            // Nothing listens on port 1: each call fails at once, after taking its token.
+            inmemory_cloud_url: Some("http://127.0.0.1:1".to_string()),
+            cloud_rate_limit,
+            controllers: ControllerOptions::default(),
+        }
+    }
+
+    fn list_calls(metrics: &Metrics) -> u64 {
+        metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("mcm_cloud_api_requests_total{") && l.contains(r#"operation="list_machines""#))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn the_drivers_honour_the_cloud_rate_limit_and_are_metered() {
+        let list = ListMachinesRequest {
+            class: crate::providers::inmemory::class("c", "dev", serde_json::json!({})),
+            ..Default::default()
+        };
+        let metrics = Metrics::new();
+        let limited = drivers(&options(RateLimit { qps: 0.001, burst: 1 }), &metrics);
+        let driver = limited.get("InMemory").unwrap();
+        assert!(driver.list_machines(&list).await.is_err(), "nothing listens");
+        let second = tokio::time::timeout(Duration::from_millis(200), driver.list_machines(&list)).await;
+        assert!(second.is_err(), "the second call waits for a token (one per 1000 s)");
+        assert_eq!(list_calls(&metrics), 1, "metered inside the limit: only the call that went is counted");
+
+        let metrics = Metrics::new();
+        let unlimited = drivers(&options(RateLimit { qps: 0.0, burst: 1 }), &metrics);
+        let driver = unlimited.get("InMemory").unwrap();
+        for _ in 0..3 {
+            let call = tokio::time::timeout(Duration::from_secs(5), driver.list_machines(&list)).await;
+            assert!(call.expect("no limit: no wait").is_err());
+        }
+        assert_eq!(list_calls(&metrics), 3);
+    }
+}
