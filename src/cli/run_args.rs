@@ -262,6 +262,17 @@ mod tests {
     }
 
     #[test]
+    fn every_flag_is_documented() {
+        use clap::CommandFactory;
+        let page = include_str!("../../docs/configuration.md");
+        for arg in Cli::command().get_arguments() {
+            if let Some(long) = arg.get_long() {
+                assert!(page.contains(&format!("`--{long}")), "docs/configuration.md documents --{long}");
+            }
+        }
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(matches!(options(&["--controllers=*,-nope"]), Err(RunArgsError::Controllers(_))));
         assert!(matches!(options(&["--metrics-bind-address=here"]), Err(RunArgsError::Address { .. })));
