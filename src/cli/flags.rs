@@ -155,6 +155,7 @@ impl InfraControllerFlags {
             machine: machine.machine.clone(),
             safety: machine.safety.clone(),
             shutdown_grace: machine.shutdown_grace,
+            metrics: machine.metrics.clone(),
         }
     }
 }

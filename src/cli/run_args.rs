@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::{MachineControllerFlags, MachineControllerManagerFlags};
+use super::{InfraControllerFlags, MachineControllerFlags, MachineControllerManagerFlags};
 use crate::api::Duration;
 use crate::run::{RunOptions, Target, selection};
 use crate::telemetry::RateLimit;
@@ -18,8 +18,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The control cluster (Machines, classes, Secrets, Leases); default: in-cluster, else $KUBECONFIG, else
-    /// ~/.kube/config.
-    #[arg(long, value_name = "PATH")]
+    /// ~/.kube/config. MCM's `--control-kubeconfig` is accepted too, with its `inClusterConfig` value.
+    #[arg(long, value_name = "PATH", visible_alias = "control-kubeconfig")]
     pub kubeconfig: Option<PathBuf>,
     /// The target cluster (Nodes): a kubeconfig, or `none` to run without one; default: the control cluster.
     #[arg(long, value_name = "PATH|none")]
@@ -27,8 +27,10 @@ pub struct RunArgs {
     /// Watch only this namespace of the control cluster (default: all namespaces).
     #[arg(long, value_name = "NS")]
     pub namespace: Option<String>,
-    /// Controllers to run: `*` for all, `foo` to enable, `-foo` to disable (machine, machineclass, safety,
-    /// machineset, machinedeployment).
+    /// Controllers to run: `*` for those on by default (the MCM flavour's: machine, machineclass, safety,
+    /// machineset, machinedeployment), `foo` to enable, `-foo` to disable; the CAPI side's groups run only when
+    /// named: `infrastructure` (MCMMachine, MCMCluster, MCMMachineTemplate) and `capi` (MachineDeployment,
+    /// MachineSet and Machine on cluster.x-k8s.io).
     #[arg(long, value_name = "LIST", default_value = "*")]
     pub controllers: String,
     /// Elect a leader on a Lease so that only one of several replicas reconciles.
@@ -84,6 +86,8 @@ pub struct RunArgs {
     controller_flags: MachineControllerFlags,
     #[command(flatten)]
     manager_flags: MachineControllerManagerFlags,
+    #[command(flatten)]
+    infra_flags: InfraControllerFlags,
 }
 
 /// A flag value `mcm run` cannot use.
@@ -125,7 +129,10 @@ impl RunArgs {
         let mut controllers = self.controller_flags.options();
         self.manager_flags.apply(&mut controllers);
         controllers.namespace = self.namespace.clone().filter(|n| !n.is_empty());
-        controllers.disabled = selection::disabled(&self.controllers, selection::KNOWN)?;
+        controllers.disabled = selection::disabled(&self.controllers, selection::KNOWN, selection::OFF_BY_DEFAULT)?;
+        controllers.capi_core = !controllers.disabled.contains(selection::CAPI);
+        let infrastructure =
+            (!controllers.disabled.contains(selection::INFRASTRUCTURE)).then(|| self.infra_flags.options(&controllers));
         let target = match self.target_kubeconfig.as_deref() {
             None | Some("") => Target::Control,
             Some("none") => Target::None,
@@ -157,7 +164,11 @@ impl RunArgs {
             None
         };
         Ok(RunOptions {
-            kubeconfig: self.kubeconfig.clone(),
+            // MCM's word for "the pod's service account"; inference tries that first.
+            kubeconfig: self
+                .kubeconfig
+                .clone()
+                .filter(|p| p.as_os_str() != "inClusterConfig" && !p.as_os_str().is_empty()),
             target,
             rate_limit: RateLimit { qps: self.kube_api_qps, burst: self.kube_api_burst },
             cloud_rate_limit: RateLimit { qps: self.cloud_api_qps, burst: self.cloud_api_burst },
@@ -166,6 +177,7 @@ impl RunArgs {
             health_addr: address("--health-probe-bind-address", &self.health_probe_bind_address)?,
             inmemory_cloud_url: self.inmemory_cloud_url.clone(),
             controllers,
+            infrastructure,
         })
     }
 }
@@ -196,7 +208,10 @@ mod tests {
         assert_eq!(o.health_addr, o.metrics_addr);
         let leader = o.leader.unwrap();
         assert_eq!((leader.lease_name.as_str(), leader.seconds()), ("machine-controller-manager", (15, 5)));
-        assert!(o.controllers.disabled.is_empty());
+        for name in crate::controllers::CONTROLLER_NAMES {
+            assert!(!o.controllers.disabled.contains(name), "{name} runs by default");
+        }
+        assert!(!o.controllers.capi_core && o.infrastructure.is_none(), "the MCM flavour alone by default");
         assert_eq!(o.controllers.namespace, None);
     }
 
@@ -227,6 +242,34 @@ mod tests {
         assert_eq!(o.controllers.sets.freeze.safety_up, 4);
         assert_eq!(o.cloud_rate_limit, RateLimit { qps: 2.5, burst: 10 });
         assert_eq!(options(&["--namespace=x"]).unwrap().leader.unwrap().namespace, "x");
+        assert_eq!(options(&["--control-kubeconfig=/k"]).unwrap().kubeconfig, Some(PathBuf::from("/k")));
+        assert_eq!(options(&["--control-kubeconfig=inClusterConfig"]).unwrap().kubeconfig, None);
+    }
+
+    #[test]
+    fn capi_groups_are_selected_by_name() {
+        let o = options(&["--controllers=infrastructure", "--namespace=capi", "--mcmmachine-concurrency=3"]).unwrap();
+        let infra = o.infrastructure.expect("infrastructure runs");
+        assert_eq!((infra.namespace.as_deref(), infra.machine_concurrency), (Some("capi"), 3));
+        assert!(!o.controllers.capi_core);
+        for name in crate::controllers::CONTROLLER_NAMES {
+            assert!(o.controllers.disabled.contains(name), "{name} does not run");
+        }
+        let o = options(&["--controllers=*,capi,infrastructure"]).unwrap();
+        assert!(o.controllers.capi_core && o.infrastructure.is_some() && !o.controllers.disabled.contains("machine"));
+        let o = options(&["--controllers=capi,-capi,machine"]).unwrap();
+        assert!(!o.controllers.capi_core && o.infrastructure.is_none());
+    }
+
+    #[test]
+    fn every_flag_is_documented() {
+        use clap::CommandFactory;
+        let page = include_str!("../../docs/configuration.md");
+        for arg in Cli::command().get_arguments() {
+            if let Some(long) = arg.get_long() {
+                assert!(page.contains(&format!("`--{long}")), "docs/configuration.md documents --{long}");
+            }
+        }
     }
 
     #[test]

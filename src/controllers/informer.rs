@@ -179,6 +179,14 @@ impl<K: Resource, T: PartialEq> Changed<K, T> {
     }
 }
 
+/// Resolves once every one of `ready` (an informer's [`Informer::ready`]) is `true`; owns what it waits on, so it
+/// can outlive the controllers' handle.
+pub(crate) async fn wait_all(ready: Vec<watch::Receiver<bool>>) {
+    for mut ready in ready {
+        let _ = ready.wait_for(|r| *r).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::ConfigMap;

@@ -9,6 +9,7 @@ use kube::runtime::controller::Action;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
@@ -16,8 +17,19 @@ use tracing::Instrument;
 /// The controller a sample belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ControllerLabel {
-    /// `machine`, `machine-termination`, `machineclass`, `secret`, `machineset`, `machinedeployment`.
+    /// `machine`, `machine-termination`, `machineclass`, `secret`, `machineset`, `machinedeployment`;
+    /// `mcmmachine`, `mcmcluster`, `mcmmachinetemplate`; `capi-machine`, `capi-machineset`,
+    /// `capi-machinedeployment`.
     pub controller: String,
+}
+
+/// MCM's labels of a drain.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainLabels {
+    /// The Machine's namespace.
+    pub namespace: String,
+    /// The Machine's label `name` (its MachineDeployment, as Gardener sets it), or empty.
+    pub machine_deployment: String,
 }
 
 fn histogram() -> Histogram {
@@ -32,8 +44,13 @@ pub struct ReconcileMetrics {
     pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     /// `mcm_controller_reconcile_errors_total{controller}`.
     pub errors: Family<ControllerLabel, Counter>,
-    /// `mcm_machine_drain_duration_seconds{namespace}`: drains that finished (MCM's name).
-    pub drain: crate::telemetry::HistogramFamily<Vec<(String, String)>>,
+    /// `mcm_controller_reconciles_in_flight{controller}`: reconciles running now. kube-runtime keeps its queue to
+    /// itself, so this stands in for client-go's `workqueue_depth`: it sits at `--concurrent-syncs` while work
+    /// waits.
+    pub in_flight: Family<ControllerLabel, Gauge>,
+    /// `mcm_machine_drain_duration_seconds{namespace,machine_deployment}`: drains that finished (MCM's name and
+    /// labels).
+    pub drain: Family<DrainLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for ReconcileMetrics {
@@ -41,6 +58,7 @@ impl Default for ReconcileMetrics {
         ReconcileMetrics {
             duration: Family::new_with_constructor(histogram),
             errors: Family::default(),
+            in_flight: Family::default(),
             drain: Family::new_with_constructor(histogram),
         }
     }
@@ -68,12 +86,22 @@ impl ReconcileMetrics {
             self.duration.clone(),
         );
         registry.register("mcm_controller_reconcile_errors", "Failed reconciles by controller", self.errors.clone());
+        registry.register(
+            "mcm_controller_reconciles_in_flight",
+            "Reconciles running now by controller",
+            self.in_flight.clone(),
+        );
         registry.register("mcm_machine_drain_duration_seconds", "Duration of finished drains", self.drain.clone());
     }
 
-    /// Records a finished drain of a machine in `namespace`.
-    pub(crate) fn drained(&self, namespace: &str, took: std::time::Duration) {
-        self.drain.get_or_create(&vec![("namespace".to_string(), namespace.to_string())]).observe(took.as_secs_f64());
+    /// Records a finished drain of `machine`'s Node.
+    pub(crate) fn drained(&self, machine: &crate::api::mcm::Machine, took: std::time::Duration) {
+        let meta = &machine.metadata;
+        let labels = DrainLabels {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            machine_deployment: meta.labels.as_ref().and_then(|l| l.get("name")).cloned().unwrap_or_default(),
+        };
+        self.drain.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
     fn observe(&self, controller: &'static str, started: Instant, failed: bool) {
@@ -82,6 +110,15 @@ impl ReconcileMetrics {
         if failed {
             self.errors.get_or_create(&label).inc();
         }
+    }
+}
+
+/// Decrements `gauge` when dropped.
+struct Running(Gauge);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -109,6 +146,12 @@ where
         let run = reconcile(object, ctx);
         Box::pin(
             async move {
+                // A clone, so the family's lock is not held across the reconcile.
+                let in_flight =
+                    metrics.in_flight.get_or_create(&ControllerLabel { controller: controller.to_string() }).clone();
+                in_flight.inc();
+                // Counted down on drop too: a reconcile cancelled at shutdown is no longer running.
+                let _running = Running(in_flight);
                 let started = Instant::now();
                 let result = run.await;
                 metrics.observe(controller, started, result.is_err());
@@ -116,5 +159,28 @@ where
             }
             .instrument(span),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drains_carry_mcms_labels() {
+        let metrics = ReconcileMetrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let machine: crate::api::mcm::Machine = serde_json::from_value(serde_json::json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+            "metadata": {"name": "m1", "namespace": "shoot", "labels": {"name": "workers"}},
+            "spec": {"class": {"kind": "MachineClass", "name": "c"}},
+        }))
+        .unwrap();
+        metrics.drained(&machine, std::time::Duration::from_millis(1500));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let series = r#"mcm_machine_drain_duration_seconds_sum{namespace="shoot",machine_deployment="workers"} 1.5"#;
+        assert!(text.contains(series), "{text}");
     }
 }

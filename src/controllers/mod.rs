@@ -35,7 +35,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, stream};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
@@ -100,7 +101,9 @@ pub const CONTROLLER_NAMES: [&str; 5] = ["machine", "machineclass", "safety", "m
 pub struct ControllerOptions {
     /// Where reconcile durations and errors are counted (`mcm run` registers it with its `/metrics`).
     pub metrics: ReconcileMetrics,
-    /// Controllers of [`CONTROLLER_NAMES`] not to run (their watches still run; `mcm run --controllers=*,-foo`).
+    /// Controllers of [`CONTROLLER_NAMES`] not to run (`mcm run --controllers=*,-foo`). The watches of the machine
+    /// side (Machines, classes, Secrets, Nodes) start while any of them runs, the MachineSet and MachineDeployment
+    /// watches while either of those two runs; with all five disabled, only `capi_core`'s watches start.
     pub disabled: std::collections::BTreeSet<String>,
     /// Machine lifecycle settings.
     pub machine: MachineConfig,
@@ -294,15 +297,24 @@ impl Controllers {
             )
         });
 
-        let mut informers =
-            vec![tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())];
-        informers.extend(started.informers);
+        // Only the watches a running controller reads start: the CAPI-only and infrastructure-only installs lack
+        // the machine.sapcloud.io CRDs (and the RBAC) these would list.
+        let enabled = |name: &str| !options.disabled.contains(name);
+        let machine_side = CONTROLLER_NAMES.iter().any(|name| enabled(name));
+        let sets_side = enabled("machineset") || enabled("machinedeployment");
+        let mut informers = Vec::new();
+        if machine_side {
+            informers.extend([tokio::spawn(machines.run()), tokio::spawn(classes.run()), tokio::spawn(secrets.run())]);
+        }
+        if sets_side {
+            informers.extend(started.informers.into_iter().map(tokio::spawn));
+        }
         let mut capi_controllers = Vec::new();
         if let Some(capi) = capi_started {
             informers.extend(capi.informers);
             capi_controllers = capi.controllers;
         }
-        if let Some(nodes) = nodes {
+        if let Some(nodes) = nodes.filter(|_| machine_side || options.capi_core) {
             informers.push(tokio::spawn(nodes.run()));
         }
         // Safety controller: orphan VMs, and (with a target cluster) the API-server freeze.
@@ -323,40 +335,37 @@ impl Controllers {
             stop: stop.subscribe(),
         });
 
-        let named: Vec<(&str, JoinHandle<()>)> = vec![
-            ("machine", tokio::spawn(machine_controller)),
-            ("machine", tokio::spawn(termination_controller)),
-            ("machineclass", tokio::spawn(class_controller)),
-            ("machineclass", tokio::spawn(secret_controller)),
-            ("safety", tokio::spawn(safety.clone().run_orphans(safety::triggers(safety_notices)))),
-            ("safety", tokio::spawn(safety.run_freeze())),
+        let named: Vec<(&str, BoxFuture<'static, ()>)> = vec![
+            ("machine", machine_controller.boxed()),
+            ("machine", termination_controller.boxed()),
+            ("machineclass", class_controller.boxed()),
+            ("machineclass", secret_controller.boxed()),
+            ("safety", safety.clone().run_orphans(safety::triggers(safety_notices)).boxed()),
+            ("safety", safety.run_freeze().boxed()),
         ]
         .into_iter()
         .chain(["machineset", "machinedeployment", "machineset"].into_iter().zip(started.controllers))
-        .chain(capi_controllers.into_iter().map(|handle| ("capi", handle)))
         .collect();
-        // A disabled controller is cancelled before its first reconcile (its triggers' subscriptions then close).
+        // A disabled controller is never spawned (its triggers' subscriptions close when it is dropped).
         let controllers: Vec<JoinHandle<()>> = named
             .into_iter()
-            .filter_map(|(name, handle)| {
-                if options.disabled.contains(name) {
-                    handle.abort();
-                    None
-                } else {
-                    Some(handle)
-                }
-            })
+            .filter(|(name, _)| enabled(name))
+            .map(|(_, controller)| tokio::spawn(controller))
+            .chain(capi_controllers)
             .collect();
-        let ready = ctx.ready.clone();
+        let ready = if machine_side { ctx.ready.clone() } else { Vec::new() };
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
         Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze, ready }
     }
 
     /// Resolves once the machine side's caches (Machines, classes, Secrets, Nodes) have their first lists.
     pub async fn wait_ready(&self) {
-        for ready in &self.ready {
-            let _ = ready.clone().wait_for(|r| *r).await;
-        }
+        self.caches_synced().await;
+    }
+
+    /// [`Controllers::wait_ready`] as a future that owns what it waits on.
+    pub fn caches_synced(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        informer::wait_all(self.ready.clone())
     }
 
     /// Whether machine reconciles are frozen because an API server did not answer for the status-check timeout.

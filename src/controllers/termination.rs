@@ -183,7 +183,7 @@ async fn drain_node(machine: &Machine, ctx: &Context, now: Timestamp, effective:
     let started = std::time::Instant::now();
     let result = prepare_and_drain(machine, ctx, target, &options, now).await;
     if let Ok(Some(_)) = &result {
-        ctx.metrics.drained(machine.namespace().as_deref().unwrap_or_default(), started.elapsed());
+        ctx.metrics.drained(machine, started.elapsed());
     }
     match &result {
         Ok(Some(done)) => {

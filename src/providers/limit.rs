@@ -19,17 +19,22 @@ pub struct RateLimitedDriver {
     limiter: DefaultDirectRateLimiter,
 }
 
+/// A token bucket of `qps` tokens per second on average and `burst` at once (at least 1), as client-go's flags
+/// describe one; `None` when `qps` is not positive (no limit). The kube clients' limit uses it too.
+pub fn token_bucket(qps: f64, burst: u32) -> Option<DefaultDirectRateLimiter> {
+    if !(qps.is_finite() && qps > 0.0) {
+        return None;
+    }
+    let period = Duration::from_secs_f64(1.0 / qps).max(Duration::from_nanos(1));
+    let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+    Some(RateLimiter::direct(Quota::with_period(period)?.allow_burst(burst)))
+}
+
 impl RateLimitedDriver {
     /// Wraps `inner` with `qps` calls per second on average and `burst` at once; `None` when `qps` is not
     /// positive (no limit).
     pub fn new(inner: Arc<dyn Driver>, qps: f64, burst: u32) -> Option<Self> {
-        if !(qps.is_finite() && qps > 0.0) {
-            return None;
-        }
-        let period = Duration::from_secs_f64(1.0 / qps).max(Duration::from_nanos(1));
-        let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
-        let quota = Quota::with_period(period)?.allow_burst(burst);
-        Some(RateLimitedDriver { inner, limiter: RateLimiter::direct(quota) })
+        token_bucket(qps, burst).map(|limiter| RateLimitedDriver { inner, limiter })
     }
 }
 
@@ -103,5 +108,28 @@ mod tests {
         assert!(third.is_err(), "the third call waits (one token per 1000 s)");
         assert_eq!(cloud.stats().lists, 2);
         assert!(RateLimitedDriver::new(Arc::new(InMemoryDriver::new(cloud)), 0.0, 2).is_none());
+    }
+
+    #[tokio::test]
+    async fn tokens_come_back_at_the_rate() {
+        // 20 per second, burst 1: the second call waits about 50 ms, not longer than a second.
+        let cloud = InMemoryCloud::with_seed(4);
+        let driver = RateLimitedDriver::new(Arc::new(InMemoryDriver::new(cloud.clone())), 20.0, 1).unwrap();
+        let list = ListMachinesRequest {
+            class: crate::providers::inmemory::class("c", "dev", serde_json::json!({})),
+            ..Default::default()
+        };
+        let started = std::time::Instant::now();
+        driver.list_machines(&list).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(1), driver.list_machines(&list)).await.unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(40), "waited {:?}", started.elapsed());
+        assert_eq!(cloud.stats().lists, 2);
+    }
+
+    #[test]
+    fn only_positive_rates_make_a_bucket() {
+        for (qps, burst, limited) in [(0.0, 10, false), (-1.0, 10, false), (f64::NAN, 1, false), (5.0, 0, true)] {
+            assert_eq!(token_bucket(qps, burst).is_some(), limited, "{qps} {burst}");
+        }
     }
 }

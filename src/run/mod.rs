@@ -1,7 +1,9 @@
 //! `mcm run`: the controllers against a real cluster — clients from a kubeconfig or the pod's service account
 //! (rate-limited), leader election on a Lease, `/metrics`, `/healthz` and `/readyz`, and a graceful stop.
 //!
-//! The leader runs [`Controllers`]; a standby watches only what its metrics need. Losing the lease stops the
+//! The leader runs what `--controllers` selects: the MCM flavour's [`Controllers`] (with the CAPI core-mode ones
+//! when `capi` is named) and the CAPI infrastructure provider's [`InfraControllers`] (`infrastructure`); a standby
+//! watches only what its metrics need (nothing in an infrastructure-only install). Losing the lease stops the
 //! controllers (letting running reconciles finish up to the shutdown grace); SIGTERM stops them, then releases the
 //! lease, so the next leader never overlaps with this one.
 
@@ -17,7 +19,9 @@ use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
-use crate::controllers::{Clusters, ControllerOptions, Controllers, ProbeClients};
+use crate::controllers::{
+    CONTROLLER_NAMES, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
+};
 use crate::providers::DriverRegistry;
 use crate::telemetry::leader::{self, LeaderConfig, Leadership};
 use crate::telemetry::{self, Health, Metrics, RateLimit, RateLimitLayer};
@@ -54,6 +58,68 @@ pub struct RunOptions {
     pub cloud_rate_limit: RateLimit,
     /// The controllers' settings (namespace and disabled controllers included).
     pub controllers: ControllerOptions,
+    /// The CAPI infrastructure controllers' settings, when they run (`--controllers=infrastructure`).
+    pub infrastructure: Option<InfraOptions>,
+}
+
+impl RunOptions {
+    /// Whether any controller of the MCM flavour (on `machine.sapcloud.io`) runs.
+    fn mcm_flavour(&self) -> bool {
+        CONTROLLER_NAMES.iter().any(|name| !self.controllers.disabled.contains(*name))
+    }
+}
+
+/// What runs while this process leads.
+struct Running {
+    controllers: Option<Controllers>,
+    infrastructure: Option<InfraControllers>,
+    /// Whether their caches have their first lists.
+    synced: bool,
+}
+
+impl Running {
+    fn start(clusters: &Clusters, drivers: &DriverRegistry, options: &RunOptions, metrics: &Metrics) -> Running {
+        let controllers = (options.mcm_flavour() || options.controllers.capi_core)
+            .then(|| Controllers::start(clusters.clone(), drivers.clone(), options.controllers.clone()));
+        if let Some(started) = &controllers {
+            metrics.objects.set_frozen_gauge(Some(started.frozen_gauge()));
+        }
+        let infrastructure = options
+            .infrastructure
+            .clone()
+            .map(|infra| InfraControllers::start(clusters.control.clone(), drivers.clone(), infra));
+        Running { controllers, infrastructure, synced: false }
+    }
+
+    /// Resolves once every running controller's caches are synced.
+    fn caches_synced(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let controllers = self.controllers.as_ref().map(Controllers::caches_synced);
+        let infrastructure = self.infrastructure.as_ref().map(InfraControllers::caches_synced);
+        async move {
+            if let Some(synced) = controllers {
+                synced.await;
+            }
+            if let Some(synced) = infrastructure {
+                synced.await;
+            }
+        }
+    }
+
+    /// Lets running reconciles finish (up to the shutdown grace), then ends the watches.
+    async fn stop(self, metrics: &Metrics) {
+        let controllers = async {
+            if let Some(running) = self.controllers {
+                running.stop().await;
+            }
+        };
+        let infrastructure = async {
+            if let Some(running) = self.infrastructure {
+                running.stop().await;
+            }
+        };
+        futures::join!(controllers, infrastructure);
+        metrics.objects.set_frozen_gauge(None);
+    }
 }
 
 /// Why `mcm run` could not start or went wrong.
@@ -164,7 +230,12 @@ pub async fn run(
         progress(&format!("serving health probes on http://{addr}/healthz and /readyz"));
     }
 
-    let (mut caches, watches) = metrics.objects.watch(&clusters.control, options.controllers.namespace.as_deref());
+    // The object gauges watch machine.sapcloud.io kinds, which an infrastructure-only install does not have.
+    let (mut caches, watches) = if options.mcm_flavour() {
+        metrics.objects.watch(&clusters.control, options.controllers.namespace.as_deref())
+    } else {
+        (watch::channel(true).1, Vec::new())
+    };
     let drivers = drivers(&options, &metrics);
 
     let (stop_election, election_stopped) = watch::channel(false);
@@ -183,26 +254,24 @@ pub async fn run(
         }
     };
 
-    let mut controllers: Option<Controllers> = None;
-    let mut caches_done = false;
+    let mut running: Option<Running> = None;
+    let mut objects_synced = false;
     let mut announced = Leadership::Unknown;
+    let mut ready = false;
     tokio::pin!(shutdown);
     loop {
         let state = *leadership.borrow_and_update();
         health.set_leadership_known(state != Leadership::Unknown);
         metrics.leader.set(i64::from(state == Leadership::Leading));
-        match (state, controllers.is_some()) {
+        match (state, running.is_some()) {
             (Leadership::Leading, false) => {
-                let started = Controllers::start(clusters.clone(), drivers.clone(), options.controllers.clone());
-                metrics.objects.set_frozen_gauge(Some(started.frozen_gauge()));
-                controllers = Some(started);
+                running = Some(Running::start(&clusters, &drivers, &options, &metrics));
                 progress("leading: controllers started");
             }
             (Leadership::Following | Leadership::Unknown, true) => {
-                if let Some(running) = controllers.take() {
+                if let Some(leader) = running.take() {
                     progress("not leading any more: stopping the controllers");
-                    running.stop().await;
-                    metrics.objects.set_frozen_gauge(None);
+                    leader.stop(&metrics).await;
                     progress("controllers stopped");
                 }
             }
@@ -212,29 +281,39 @@ pub async fn run(
             _ => {}
         }
         announced = state;
+        // Ready once the object gauges' caches and (while leading) the controllers' caches have their lists.
+        let synced = objects_synced && running.as_ref().is_none_or(|r| r.synced);
+        health.set_caches_synced(synced);
+        if synced && !ready {
+            progress("caches synced");
+        }
+        ready = synced;
+        let controllers_synced = running.as_ref().map(Running::caches_synced);
+        let waiting_for_controllers = running.as_ref().is_some_and(|r| !r.synced);
         tokio::select! {
             _ = &mut shutdown => break,
             changed = leadership.changed() => {
                 if changed.is_err() {
                     // The election ended on its own (it only does when stopped); stop leading.
-                    if let Some(running) = controllers.take() {
-                        running.stop().await;
+                    if let Some(leader) = running.take() {
+                        leader.stop(&metrics).await;
                     }
                     break;
                 }
             }
-            _ = caches.wait_for(|r| *r), if !caches_done => {
-                caches_done = true;
-                health.set_caches_synced(true);
-                progress("caches synced");
+            _ = caches.wait_for(|r| *r), if !objects_synced => objects_synced = true,
+            _ = async { if let Some(synced) = controllers_synced { synced.await } }, if waiting_for_controllers => {
+                if let Some(leader) = running.as_mut() {
+                    leader.synced = true;
+                }
             }
         }
     }
 
     progress("shutting down");
     health.set_caches_synced(false);
-    if let Some(running) = controllers.take() {
-        running.stop().await;
+    if let Some(leader) = running.take() {
+        leader.stop(&metrics).await;
         progress("controllers stopped");
     }
     let _ = stop_election.send(true);
@@ -248,4 +327,59 @@ pub async fn run(
     }
     progress("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ListMachinesRequest;
+
+    fn options(cloud_rate_limit: RateLimit) -> RunOptions {
+        RunOptions {
+            kubeconfig: None,
+            target: Target::None,
+            rate_limit: RateLimit { qps: 0.0, burst: 1 },
+            leader: None,
+            metrics_addr: None,
+            health_addr: None,
+            // Nothing listens on port 1: each call fails at once, after taking its token.
+            inmemory_cloud_url: Some("http://127.0.0.1:1".to_string()),
+            cloud_rate_limit,
+            controllers: ControllerOptions::default(),
+            infrastructure: None,
+        }
+    }
+
+    fn list_calls(metrics: &Metrics) -> u64 {
+        metrics
+            .encode()
+            .lines()
+            .filter(|l| l.starts_with("mcm_cloud_api_requests_total{") && l.contains(r#"operation="list_machines""#))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn the_drivers_honour_the_cloud_rate_limit_and_are_metered() {
+        let list = ListMachinesRequest {
+            class: crate::providers::inmemory::class("c", "dev", serde_json::json!({})),
+            ..Default::default()
+        };
+        let metrics = Metrics::new();
+        let limited = drivers(&options(RateLimit { qps: 0.001, burst: 1 }), &metrics);
+        let driver = limited.get("InMemory").unwrap();
+        assert!(driver.list_machines(&list).await.is_err(), "nothing listens");
+        let second = tokio::time::timeout(Duration::from_millis(200), driver.list_machines(&list)).await;
+        assert!(second.is_err(), "the second call waits for a token (one per 1000 s)");
+        assert_eq!(list_calls(&metrics), 1, "metered inside the limit: only the call that went is counted");
+
+        let metrics = Metrics::new();
+        let unlimited = drivers(&options(RateLimit { qps: 0.0, burst: 1 }), &metrics);
+        let driver = unlimited.get("InMemory").unwrap();
+        for _ in 0..3 {
+            let call = tokio::time::timeout(Duration::from_secs(5), driver.list_machines(&list)).await;
+            assert!(call.expect("no limit: no wait").is_err());
+        }
+        assert_eq!(list_calls(&metrics), 3);
+    }
 }

@@ -1,11 +1,29 @@
-//! `--controllers`, kube-controller-manager style: a comma-separated list where `*` means every controller, `foo`
-//! enables `foo` and `-foo` disables it (a disable wins over `*`). [`KNOWN`] is the one list of names; the CAPI
-//! infrastructure controllers join it when they land.
+//! `--controllers`, kube-controller-manager style: a comma-separated list where `*` means every controller that is
+//! on by default, `foo` enables `foo` and `-foo` disables it (a disable wins). The MCM flavour's controllers are on
+//! by default; the CAPI side's groups — `infrastructure` (MCMMachine, MCMCluster, MCMMachineTemplate) and `capi`
+//! (MachineDeployment, MachineSet and Machine on `cluster.x-k8s.io`, MCM core) — run only when named, as
+//! kube-controller-manager's off-by-default controllers do. [`KNOWN`] is the one list of names.
 
 use std::collections::BTreeSet;
 
-/// Every controller `mcm run` knows, by name.
-pub const KNOWN: &[&str] = &crate::controllers::CONTROLLER_NAMES;
+/// The CAPI infrastructure provider's controllers ([`crate::controllers::InfraControllers`]).
+pub const INFRASTRUCTURE: &str = "infrastructure";
+/// The CAPI core-mode controllers (`ControllerOptions::capi_core`).
+pub const CAPI: &str = "capi";
+
+/// Names `*` leaves out: each must be named to run.
+pub const OFF_BY_DEFAULT: &[&str] = &[INFRASTRUCTURE, CAPI];
+
+/// Every controller (or group) `mcm run` knows, by name: the MCM flavour's, then the CAPI side's.
+pub const KNOWN: &[&str] = &[
+    crate::controllers::CONTROLLER_NAMES[0],
+    crate::controllers::CONTROLLER_NAMES[1],
+    crate::controllers::CONTROLLER_NAMES[2],
+    crate::controllers::CONTROLLER_NAMES[3],
+    crate::controllers::CONTROLLER_NAMES[4],
+    INFRASTRUCTURE,
+    CAPI,
+];
 
 /// A `--controllers` value that cannot be used.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -19,12 +37,18 @@ pub enum SelectionError {
         known: String,
     },
     /// Nothing was listed.
-    #[error("--controllers: the list is empty (use * for every controller)")]
+    #[error("--controllers: the list is empty (use * for every controller on by default)")]
     Empty,
+    /// Everything listed is disabled.
+    #[error("--controllers: {list:?} leaves no controller to run")]
+    Nothing {
+        /// The list.
+        list: String,
+    },
 }
 
-/// The controllers of `known` that `list` leaves disabled.
-pub fn disabled(list: &str, known: &[&str]) -> Result<BTreeSet<String>, SelectionError> {
+/// The controllers of `known` that `list` leaves disabled; `*` enables those not in `off_by_default`.
+pub fn disabled(list: &str, known: &[&str], off_by_default: &[&str]) -> Result<BTreeSet<String>, SelectionError> {
     let items: Vec<&str> = list.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
     if items.is_empty() {
         return Err(SelectionError::Empty);
@@ -48,34 +72,54 @@ pub fn disabled(list: &str, known: &[&str]) -> Result<BTreeSet<String>, Selectio
             on.insert(check(item)?);
         }
     }
-    Ok(known.iter().map(|k| k.to_string()).filter(|k| off.contains(k) || !(all || on.contains(k))).collect())
+    let enabled = |k: &str| !off.contains(k) && (on.contains(k) || (all && !off_by_default.contains(&k)));
+    let disabled: BTreeSet<String> = known.iter().filter(|k| !enabled(k)).map(|k| k.to_string()).collect();
+    if disabled.len() == known.len() {
+        return Err(SelectionError::Nothing { list: list.to_string() });
+    }
+    Ok(disabled)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
     #[test]
     fn lists_select_like_kube_controller_manager() {
-        let known = ["a", "b", "c"];
-        let set = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
-        let rows: [(&str, Result<BTreeSet<String>, SelectionError>); 7] = [
-            ("*", Ok(set(&[]))),
-            ("*,-b", Ok(set(&["b"]))),
-            ("a", Ok(set(&["b", "c"]))),
-            ("a, c", Ok(set(&["b"]))),
-            ("-a,*", Ok(set(&["a"]))),
+        let known = ["a", "b", "c", "x"];
+        let off_by_default = ["x"];
+        let rows: [(&str, Result<BTreeSet<String>, SelectionError>); 11] = [
+            ("*", Ok(set(&["x"]))),
+            ("*,-b", Ok(set(&["b", "x"]))),
+            ("a", Ok(set(&["b", "c", "x"]))),
+            ("a, c", Ok(set(&["b", "x"]))),
+            ("-a,*", Ok(set(&["a", "x"]))),
+            ("x", Ok(set(&["a", "b", "c"]))),
+            ("*,x", Ok(set(&[]))),
+            ("x,-x,a", Ok(set(&["b", "c", "x"]))),
             ("", Err(SelectionError::Empty)),
-            ("*,-x", Err(SelectionError::Unknown { name: "x".into(), known: "a, b, c".into() })),
+            ("*,-y", Err(SelectionError::Unknown { name: "y".into(), known: "a, b, c, x".into() })),
+            ("-a", Err(SelectionError::Nothing { list: "-a".into() })),
         ];
         for (list, expected) in rows {
-            assert_eq!(disabled(list, &known), expected, "{list:?}");
+            assert_eq!(disabled(list, &known, &off_by_default), expected, "{list:?}");
         }
     }
 
     #[test]
-    fn known_names_are_the_controllers() {
-        assert!(KNOWN.contains(&"machine") && KNOWN.contains(&"machinedeployment"));
-        assert_eq!(disabled("*,-safety", KNOWN).unwrap(), BTreeSet::from(["safety".to_string()]));
+    fn the_default_is_the_mcm_flavour_and_capi_groups_are_named() {
+        assert_eq!(disabled("*", KNOWN, OFF_BY_DEFAULT).unwrap(), set(&[INFRASTRUCTURE, CAPI]));
+        assert_eq!(disabled("*,-safety", KNOWN, OFF_BY_DEFAULT).unwrap(), set(&["safety", INFRASTRUCTURE, CAPI]));
+        let infra_only = disabled("infrastructure", KNOWN, OFF_BY_DEFAULT).unwrap();
+        assert_eq!(infra_only.len(), KNOWN.len() - 1);
+        assert!(!infra_only.contains(INFRASTRUCTURE));
+        assert_eq!(disabled("*,infrastructure,capi", KNOWN, OFF_BY_DEFAULT).unwrap(), set(&[]));
+        for name in crate::controllers::CONTROLLER_NAMES {
+            assert!(KNOWN.contains(&name), "{name}");
+        }
     }
 }

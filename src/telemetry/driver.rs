@@ -4,11 +4,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::metrics::{CallLabels, CloudMetrics, CodeLabels, FailedLabels};
+use super::metrics::{CallLabels, CloudMetrics, CodeLabels, FailedLabels, LifecycleLabels};
 use crate::providers::{
     CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, DriverRegistry, GetVolumeIdsRequest,
     InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse,
 };
+
+/// The Node label MCM takes a machine's zone from.
+const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 /// A driver whose calls are counted (`mcm_cloud_api_requests_total`, `..._failed_total`) and timed
 /// (`mcm_cloud_driver_request_duration_seconds`).
@@ -23,9 +26,22 @@ impl MeteredDriver {
         MeteredDriver { inner, metrics }
     }
 
+    /// MCM's lifecycle labels of a machine's request.
+    fn lifecycle_labels(&self, request: &MachineRequest) -> LifecycleLabels {
+        let template_labels = request.machine.node_template.as_ref().and_then(|t| t.metadata.as_ref()?.labels.as_ref());
+        LifecycleLabels {
+            namespace: request.machine.namespace.clone(),
+            machine_deployment: request.machine.labels.get("name").cloned().unwrap_or_default(),
+            instance_type: request.class.node_template.as_ref().map(|t| t.instance_type.clone()).unwrap_or_default(),
+            zone: template_labels.and_then(|l| l.get(ZONE_LABEL)).cloned().unwrap_or_default(),
+            provider: self.inner.provider().to_string(),
+        }
+    }
+
     async fn timed<T>(
         &self,
         operation: &'static str,
+        lifecycle: Option<LifecycleLabels>,
         call: impl Future<Output = Result<T, DriverError>>,
     ) -> Result<T, DriverError> {
         let started = std::time::Instant::now();
@@ -53,13 +69,15 @@ impl MeteredDriver {
                     .get_or_create(&FailedLabels { provider, operation: operation.to_string(), error_code: code })
                     .inc();
             }
-            Ok(_) if operation == "create_machine" => {
-                self.metrics.create_duration.get_or_create(&vec![("provider".to_string(), provider)]).observe(seconds);
-            }
-            Ok(_) if operation == "delete_machine" => {
-                self.metrics.delete_duration.get_or_create(&vec![("provider".to_string(), provider)]).observe(seconds);
-            }
-            Ok(_) => {}
+            Ok(_) => match (operation, lifecycle) {
+                ("create_machine", Some(labels)) => {
+                    self.metrics.create_duration.get_or_create(&labels).observe(seconds)
+                }
+                ("delete_machine", Some(labels)) => {
+                    self.metrics.delete_duration.get_or_create(&labels).observe(seconds)
+                }
+                _ => {}
+            },
         }
         result
     }
@@ -72,27 +90,27 @@ impl Driver for MeteredDriver {
     }
 
     async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
-        self.timed("create_machine", self.inner.create_machine(request)).await
+        self.timed("create_machine", Some(self.lifecycle_labels(request)), self.inner.create_machine(request)).await
     }
 
     async fn initialize_machine(&self, request: &MachineRequest) -> Result<InitializeMachineResponse, DriverError> {
-        self.timed("initialize_machine", self.inner.initialize_machine(request)).await
+        self.timed("initialize_machine", None, self.inner.initialize_machine(request)).await
     }
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
-        self.timed("delete_machine", self.inner.delete_machine(request)).await
+        self.timed("delete_machine", Some(self.lifecycle_labels(request)), self.inner.delete_machine(request)).await
     }
 
     async fn get_machine_status(&self, request: &MachineRequest) -> Result<MachineStatusResponse, DriverError> {
-        self.timed("get_machine_status", self.inner.get_machine_status(request)).await
+        self.timed("get_machine_status", None, self.inner.get_machine_status(request)).await
     }
 
     async fn list_machines(&self, request: &ListMachinesRequest) -> Result<BTreeMap<String, String>, DriverError> {
-        self.timed("list_machines", self.inner.list_machines(request)).await
+        self.timed("list_machines", None, self.inner.list_machines(request)).await
     }
 
     async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError> {
-        self.timed("get_volume_ids", self.inner.get_volume_ids(request)).await
+        self.timed("get_volume_ids", None, self.inner.get_volume_ids(request)).await
     }
 }
 
@@ -121,8 +139,18 @@ mod tests {
         let metrics = super::super::Metrics::new();
         let drivers = metered(&drivers, &metrics.cloud);
         let driver = drivers.get("InMemory").unwrap();
+        let template: crate::api::mcm::NodeTemplateSpec = serde_json::from_value(serde_json::json!({
+            "metadata": {"labels": {"topology.kubernetes.io/zone": "zone-a"}},
+        }))
+        .unwrap();
         let request = MachineRequest {
-            machine: MachineInfo { name: "m1".into(), namespace: "default".into(), ..Default::default() },
+            machine: MachineInfo {
+                name: "m1".into(),
+                namespace: "default".into(),
+                labels: [("name".to_string(), "workers".to_string())].into(),
+                node_template: Some(template),
+                ..Default::default()
+            },
             class: class("c", "dev", serde_json::json!({})),
             ..Default::default()
         };
@@ -147,6 +175,10 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("mcm_cloud_driver_request_duration_seconds_count"), "{text}");
+        assert!(
+            text.contains(r#"mcm_machine_create_duration_seconds_count{namespace="default",machine_deployment="workers",instance_type="",zone="zone-a",provider="InMemory"} 1"#),
+            "MCM's labels: {text}"
+        );
         assert_eq!(cloud.stats().creates, 1);
     }
 }

@@ -43,6 +43,22 @@ pub struct FailedLabels {
     pub error_code: String,
 }
 
+/// Labels of MCM's machine lifecycle durations (`mcm_machine_create_duration_seconds`, ...): MCM's four, plus the
+/// provider.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LifecycleLabels {
+    /// The Machine's namespace.
+    pub namespace: String,
+    /// The Machine's label `name` (the MachineDeployment, as Gardener sets it), or empty.
+    pub machine_deployment: String,
+    /// The class's `nodeTemplate.instanceType`, or empty.
+    pub instance_type: String,
+    /// The label `topology.kubernetes.io/zone` of the Machine's nodeTemplate, or empty.
+    pub zone: String,
+    /// `MachineClass.provider`.
+    pub provider: String,
+}
+
 fn latency_histogram() -> Histogram {
     // 5 ms .. ~82 s.
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
@@ -60,10 +76,11 @@ pub struct CloudMetrics {
     pub failed: Family<FailedLabels, Counter>,
     /// `mcm_cloud_driver_request_duration_seconds{provider,operation}` (MCM's name).
     pub duration: Family<CallLabels, Histogram, fn() -> Histogram>,
-    /// `mcm_machine_create_duration_seconds{provider}`: successful `create_machine` calls.
-    pub create_duration: HistogramFamily<Vec<(String, String)>>,
-    /// `mcm_machine_delete_duration_seconds{provider}`: successful `delete_machine` calls.
-    pub delete_duration: HistogramFamily<Vec<(String, String)>>,
+    /// `mcm_machine_create_duration_seconds{namespace,machine_deployment,instance_type,zone,provider}` (MCM's
+    /// name): successful `create_machine` calls.
+    pub create_duration: Family<LifecycleLabels, Histogram, fn() -> Histogram>,
+    /// `mcm_machine_delete_duration_seconds{...}` (MCM's name, same labels): successful `delete_machine` calls.
+    pub delete_duration: Family<LifecycleLabels, Histogram, fn() -> Histogram>,
 }
 
 impl Default for CloudMetrics {

@@ -130,6 +130,9 @@ impl ObjectMetrics {
 
 type Labels = Vec<(&'static str, String)>;
 
+/// One number of a MachineDeployment (a gauge's value).
+type DeploymentValue<'a> = dyn Fn(&MachineDeployment) -> i64 + 'a;
+
 fn gauge_family(encoder: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Labels, i64)]) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, value) in rows {
@@ -220,8 +223,7 @@ impl Collector for ObjectMetrics {
                 deployments.iter().map(|d| (key(d.namespace(), d.name_any()), f(d))).collect()
             };
             let status = |d: &MachineDeployment| d.status.clone().unwrap_or_default();
-            type Gauge<'a> = (&'a str, &'a str, &'a dyn Fn(&MachineDeployment) -> i64);
-            let families: [Gauge; 7] = [
+            let families: [(&str, &str, &DeploymentValue<'_>); 7] = [
                 ("mcm_machine_deployment_info_spec_replicas", "spec.replicas", &|d| i64::from(d.spec.replicas)),
                 ("mcm_machine_deployment_info_spec_paused", "spec.paused (1 or 0)", &|d| i64::from(d.spec.paused)),
                 ("mcm_machine_deployment_status_replicas", "status.replicas", &|d| i64::from(status(d).replicas)),

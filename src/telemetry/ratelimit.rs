@@ -1,14 +1,12 @@
 //! A client-side rate limit for the kube client (`--kube-api-qps`, `--kube-api-burst`): a token bucket
 //! (governor's GCRA) as a tower layer, so every request of a client waits for a token before it is sent.
 
-use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use governor::DefaultDirectRateLimiter;
 
 /// Queries per second and burst, as client-go takes them.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,13 +26,7 @@ pub struct RateLimitLayer {
 impl RateLimitLayer {
     /// A layer enforcing `limit` (or nothing when `qps` is not positive).
     pub fn new(limit: RateLimit) -> Self {
-        if !(limit.qps.is_finite() && limit.qps > 0.0) {
-            return RateLimitLayer { limiter: None };
-        }
-        let period = Duration::from_secs_f64(1.0 / limit.qps).max(Duration::from_nanos(1));
-        let burst = NonZeroU32::new(limit.burst.max(1)).unwrap_or(NonZeroU32::MIN);
-        let limiter = Quota::with_period(period).map(|q| Arc::new(RateLimiter::direct(q.allow_burst(burst))));
-        RateLimitLayer { limiter }
+        RateLimitLayer { limiter: crate::providers::limit::token_bucket(limit.qps, limit.burst).map(Arc::new) }
     }
 }
 
@@ -93,6 +85,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use tower::{Service, ServiceExt};
 
     use super::*;

@@ -220,7 +220,11 @@ pub(crate) fn start(
         .reconcile_on(set_triggers)
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown())
-        .run(machine_set::reconcile, machine_set::error_policy, ctx.clone())
+        .run(
+            super::metrics::timed(&options.metrics, "capi-machineset", machine_set::reconcile),
+            machine_set::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
     let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, &mut machines, &ctx);
@@ -229,7 +233,11 @@ pub(crate) fn start(
             .reconcile_on(deployment_triggers)
             .with_config(config.clone())
             .graceful_shutdown_on(shutdown())
-            .run(machine_deployment::reconcile, machine_deployment::error_policy, ctx.clone())
+            .run(
+                super::metrics::timed(&options.metrics, "capi-machinedeployment", machine_deployment::reconcile),
+                machine_deployment::error_policy,
+                ctx.clone(),
+            )
             .for_each(|_| futures::future::ready(()));
 
     let machine_triggers = machine_triggers(&mut machines, &mut infra, node_notices, &ctx);
@@ -237,7 +245,11 @@ pub(crate) fn start(
         .reconcile_on(machine_triggers)
         .with_config(config.clone())
         .graceful_shutdown_on(shutdown())
-        .run(machine::reconcile, machine::error_policy, ctx.clone())
+        .run(
+            super::metrics::timed(&options.metrics, "capi-machine", machine::reconcile),
+            machine::error_policy,
+            ctx.clone(),
+        )
         .for_each(|_| futures::future::ready(()));
 
     let cluster_triggers = cluster_triggers(&mut clusters, &mut infra_clusters, &ctx);

@@ -60,6 +60,8 @@ pub struct InfraOptions {
     pub safety: SafetyConfig,
     /// How long [`InfraControllers::stop`] lets running reconciles finish.
     pub shutdown_grace: Duration,
+    /// Where reconcile durations and errors are counted (`mcmmachine`, `mcmcluster`, `mcmmachinetemplate`).
+    pub metrics: super::ReconcileMetrics,
 }
 
 impl Default for InfraOptions {
@@ -73,6 +75,7 @@ impl Default for InfraOptions {
             machine: MachineConfig::default(),
             safety: SafetyConfig::default(),
             shutdown_grace: Duration::from_secs(10),
+            metrics: super::ReconcileMetrics::default(),
         }
     }
 }
@@ -108,9 +111,7 @@ pub(crate) struct InfraContext {
 impl InfraContext {
     /// Waits until every store has its first list.
     pub(crate) async fn ready(&self) {
-        for ready in &self.ready {
-            let _ = ready.clone().wait_for(|r| *r).await;
-        }
+        super::informer::wait_all(self.ready.clone()).await;
     }
 
     /// Whether every store has its first list.
@@ -131,6 +132,7 @@ pub struct InfraControllers {
     controllers: Vec<JoinHandle<()>>,
     informers: Vec<JoinHandle<()>>,
     grace: Duration,
+    ready: Vec<watch::Receiver<bool>>,
 }
 
 fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -214,7 +216,11 @@ impl InfraControllers {
                 .reconcile_on(machine_triggers)
                 .with_config(ControllerConfig::default().concurrency(options.machine_concurrency.max(1)))
                 .graceful_shutdown_on(shutdown())
-                .run(machine::reconcile, machine::error_policy, ctx.clone())
+                .run(
+                    super::metrics::timed(&options.metrics, "mcmmachine", machine::reconcile),
+                    machine::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|_| futures::future::ready(()));
 
         let cluster_store = infra_clusters.store();
@@ -230,7 +236,11 @@ impl InfraControllers {
             .reconcile_on(cluster_triggers)
             .with_config(ControllerConfig::default().concurrency(options.cluster_concurrency.max(1)))
             .graceful_shutdown_on(shutdown())
-            .run(cluster::reconcile, cluster::error_policy, cluster_ctx)
+            .run(
+                super::metrics::timed(&options.metrics, "mcmcluster", cluster::reconcile),
+                cluster::error_policy,
+                cluster_ctx,
+            )
             .for_each(|_| futures::future::ready(()));
 
         let template_store = templates.store();
@@ -246,7 +256,11 @@ impl InfraControllers {
             .reconcile_on(template_triggers)
             .with_config(ControllerConfig::default().concurrency(options.template_concurrency.max(1)))
             .graceful_shutdown_on(shutdown())
-            .run(template::reconcile, template::error_policy, template_ctx)
+            .run(
+                super::metrics::timed(&options.metrics, "mcmmachinetemplate", template::reconcile),
+                template::error_policy,
+                template_ctx,
+            )
             .for_each(|_| futures::future::ready(()));
 
         let collector = Arc::new(orphans::Collector {
@@ -257,6 +271,15 @@ impl InfraControllers {
             stop: stop.subscribe(),
         });
 
+        let ready = vec![
+            machines.ready(),
+            owners.ready(),
+            clusters.ready(),
+            classes.ready(),
+            secrets.ready(),
+            infra_clusters.ready(),
+            templates.ready(),
+        ];
         let informers = vec![
             tokio::spawn(machines.run()),
             tokio::spawn(owners.run()),
@@ -273,7 +296,12 @@ impl InfraControllers {
             tokio::spawn(collector.run(orphans::triggers(orphan_notices))),
         ];
         tracing::info!(namespace = ?options.namespace, watch_filter = ?options.watch_filter, "infrastructure controllers started");
-        InfraControllers { stop, controllers, informers, grace: options.shutdown_grace }
+        InfraControllers { stop, controllers, informers, grace: options.shutdown_grace, ready }
+    }
+
+    /// Resolves once every watch has its first list (the future owns what it waits on).
+    pub fn caches_synced(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        super::informer::wait_all(self.ready.clone())
     }
 
     /// Stops taking new work, lets running reconciles finish (up to the shutdown grace), then ends the watches.

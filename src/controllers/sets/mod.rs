@@ -24,7 +24,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt, stream};
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
@@ -33,7 +34,6 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
@@ -118,10 +118,11 @@ impl SetsContext {
 
 /// What [`start`] started.
 pub(crate) struct Started {
-    /// The controllers and the sweep (stopped by the stop signal, with the grace period).
-    pub controllers: Vec<JoinHandle<()>>,
-    /// The two watches.
-    pub informers: Vec<JoinHandle<()>>,
+    /// The MachineSet controller, the MachineDeployment controller and the overshoot sweep (stopped by the stop
+    /// signal, with the grace period), not yet spawned: the caller spawns those it runs.
+    pub controllers: [BoxFuture<'static, ()>; 3],
+    /// The two watches, not yet spawned.
+    pub informers: Vec<BoxFuture<'static, ()>>,
 }
 
 fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
@@ -197,8 +198,8 @@ pub(crate) fn start(
     let sweep = overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
 
     Started {
-        controllers: vec![tokio::spawn(set_controller), tokio::spawn(deployment_controller), tokio::spawn(sweep)],
-        informers: vec![tokio::spawn(sets.run()), tokio::spawn(deployments.run())],
+        controllers: [set_controller.boxed(), deployment_controller.boxed(), sweep.boxed()],
+        informers: vec![sets.run().boxed(), deployments.run().boxed()],
     }
 }
 

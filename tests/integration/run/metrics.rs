@@ -66,6 +66,21 @@ async fn metrics_follow_a_scale_up_and_match_the_clouds_counters() {
         let series = format!("mcm_controller_reconcile_duration_seconds_count{{controller=\"{controller}\"}}");
         assert!(m.get(&series) > 0.0, "{series}: {m:?}");
     }
+    assert_eq!(m.sum("mcm_machine_drain_duration_seconds_count", &[]), 0.0, "no drain yet");
+
+    // A scale-down drains one Node and deletes one VM: MCM's drain and delete durations count them.
+    env.scale("workers", 2).await;
+    env.wait_running(2, WAIT).await;
+    let m = wait_until("the drain and the deletion in the metrics", WAIT, || async {
+        let m = run.scrape().await;
+        (m.sum("mcm_machine_delete_duration_seconds_count", &[]) == 1.0).then_some(m)
+    })
+    .await;
+    assert_eq!(m.sum("mcm_machine_drain_duration_seconds_count", &[r#"namespace="machines""#]), 1.0, "{m:?}");
+    assert_eq!(m.phase("Running"), 2.0);
+    assert!(
+        m.0.keys().any(|k| k.starts_with("mcm_controller_reconciles_in_flight{controller=\"machine-termination\""))
+    );
     env.env.shutdown().await;
 }
 

@@ -2,6 +2,7 @@
 //! in-memory cloud `mcm dev`'s building blocks serve on loopback (`--inmemory-cloud-url`), scraped over HTTP.
 
 mod election;
+mod infra;
 mod metrics;
 mod shutdown;
 
