@@ -13,12 +13,18 @@
 //!
 //! Imports `api`, `convert` and `lifecycle` (names and pure helpers); the I/O half uses a kube client only.
 
+mod apply;
+mod client;
 mod objects;
 pub mod plan;
 pub mod reverse;
+mod rollback;
 
+pub use apply::{ApplyOptions, Report, apply};
+pub use client::inventory as client_inventory;
 pub use plan::{Blocker, DeploymentPlan, Inventory, Lossy, MachinePair, Plan, Summary, Target, plan};
 pub use reverse::{CapiInventory, RestoredDeployment, reverse};
+pub use rollback::{rollback, rollback_candidates};
 
 use std::time::Duration;
 
@@ -51,7 +57,7 @@ pub enum ApplyStep {
     Paused,
     /// Every CAPI object exists (Cluster, MCMCluster, template, Machines, MCMMachines, MachineSet, deployment).
     Created,
-    /// Every CAPI Machine is Running on its old Node.
+    /// Every CAPI Machine is Running on its old Node; the CAPI set and deployment (created paused) are unpaused.
     Adopted,
     /// The MCM objects are gone (finalizers released first); the CAPI objects carry the hand-over.
     Done,
@@ -76,7 +82,9 @@ impl ApplyStep {
         match self {
             ApplyStep::Paused => "pause the MCM objects",
             ApplyStep::Created => "create the CAPI objects (adopting the VMs)",
-            ApplyStep::Adopted => "wait until every CAPI Machine is Running on its Node",
+            ApplyStep::Adopted => {
+                "wait until every CAPI Machine is Running on its Node, then unpause the set and deployment"
+            }
             ApplyStep::Done => "release the MCM finalizers and remove the MCM objects",
         }
     }

@@ -52,16 +52,6 @@ pub fn carried_meta(meta: &ObjectMeta) -> ObjectMeta {
     }
 }
 
-/// Removes the migration's own annotations from a map (dropping it when it empties).
-pub fn strip_migration_annotations(annotations: &mut Option<BTreeMap<String, String>>) {
-    if let Some(map) = annotations.as_mut() {
-        map.retain(|k, _| !is_migration_annotation(k));
-    }
-    if annotations.as_ref().is_some_and(BTreeMap::is_empty) {
-        *annotations = None;
-    }
-}
-
 /// Sets `key` to `value` in an annotation map.
 pub fn annotate(annotations: &mut Option<BTreeMap<String, String>>, key: &str, value: &str) {
     annotations.get_or_insert_with(BTreeMap::new).insert(key.to_string(), value.to_string());
@@ -129,12 +119,5 @@ mod tests {
         assert_eq!(carried.finalizers, None);
         assert_eq!(carried.labels, meta.labels);
         assert_eq!(carried.annotations, Some([("user".to_string(), "1".to_string())].into()));
-    }
-
-    #[test]
-    fn stripping_empties_the_map() {
-        let mut a = Some([(FROM_ANNOTATION.to_string(), "x".to_string())].into());
-        strip_migration_annotations(&mut a);
-        assert_eq!(a, None);
     }
 }

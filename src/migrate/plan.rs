@@ -353,9 +353,13 @@ fn plan_deployment(
     if d.metadata.annotations.as_ref().and_then(|a| a.get(TRIGGER_DELETION_BY_MCM)).is_some_and(|v| !v.is_empty()) {
         block(&d_key, format!("a cluster-autoscaler scale-down is in progress ({TRIGGER_DELETION_BY_MCM} is set)"));
     }
+    // The migration's own pause (`spec.paused`) bumps the generation of a deployment no controller observes any
+    // more: only a deployment not yet touched is checked.
+    let touched = d.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(super::STEP_ANNOTATION));
     if let (Some(generation), Some(observed)) =
         (d.metadata.generation, d.status.as_ref().and_then(|s| s.observed_generation))
         && observed < generation
+        && !touched
     {
         block(&d_key, format!("rollout in progress: generation {generation} not yet observed (observed {observed})"));
     }
@@ -445,6 +449,7 @@ fn plan_deployment(
     );
     template.metadata.namespace = Some(target.namespace.clone());
     label(&mut template.metadata.labels, CLUSTER_NAME_LABEL, &target.cluster_name);
+    label(&mut template.metadata.labels, capi::DEPLOYMENT_NAME_LABEL, &name);
     annotate(&mut template.metadata.annotations, FROM_ANNOTATION, &format!("MachineClass/{}", class.name));
 
     let mut deployment = convert::deployment_to_capi(&src);
@@ -502,6 +507,7 @@ fn plan_deployment(
             ..Default::default()
         };
         label(&mut infra_machine.metadata.labels, CLUSTER_NAME_LABEL, &target.cluster_name);
+        label(&mut infra_machine.metadata.labels, capi::DEPLOYMENT_NAME_LABEL, &name);
         annotate(&mut infra_machine.metadata.annotations, capi::CLONED_FROM_NAME_ANNOTATION, &template_name);
         annotate(
             &mut infra_machine.metadata.annotations,

@@ -167,6 +167,7 @@ fn the_migrations_own_pause_does_not_change_the_plan() {
     let mut paused = healthy(2);
     let d = &mut paused.deployments[0];
     d.spec.paused = true;
+    d.metadata.generation = Some(3);
     let a = d.metadata.annotations.get_or_insert_with(Default::default);
     a.insert(WAS_PAUSED_ANNOTATION.into(), "false".into());
     a.insert(STEP_ANNOTATION.into(), "paused".into());
