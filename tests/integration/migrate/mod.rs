@@ -367,3 +367,23 @@ async fn the_command_line_plans_applies_and_rolls_back() {
     assert_eq!(vm_calls(&env.dev.cloud.stats()), before);
     env.shutdown().await;
 }
+
+/// The infrastructure provider's side of adoption: an MCMMachine that names its VM by `spec.providerID` (as
+/// `mcm migrate` makes them, or as clusterctl move leaves them, without status) is asked about first, and when the
+/// driver cannot find that VM it is trusted, never given a second VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_mcm_machine_naming_a_missing_vm_is_not_given_a_new_one() {
+    let env = crate::infra::Env::start().await;
+    env.cluster("c1", true).await;
+    env.capi_machine("gone", "c1", None, None).await;
+    let mut spec = crate::infra::inline_class(json!({}));
+    spec["providerID"] = json!("inmemory:///local-a/i-gone");
+    env.mcm_machine("gone", "c1", spec).await;
+    env.adopt("gone").await;
+    let m = env.wait_provisioned("gone").await;
+    assert_eq!(m.spec.provider_id.as_deref(), Some("inmemory:///local-a/i-gone"));
+    let stats = env.dev.cloud.stats();
+    assert!(stats.status_gets >= 1, "the driver was asked first");
+    assert_eq!((stats.creates, stats.vms_created), (0, 0), "no second VM");
+    env.shutdown().await;
+}
