@@ -387,3 +387,32 @@ async fn an_mcm_machine_naming_a_missing_vm_is_not_given_a_new_one() {
     assert_eq!((stats.creates, stats.vms_created), (0, 0), "no second VM");
     env.shutdown().await;
 }
+
+/// A hand-over cut short half-way is rolled back: the MCM objects (still there, paused) take over again and the
+/// CAPI objects made so far go, without a VM created or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_interrupted_apply_rolls_back() {
+    let env = env().await;
+    let apis = apis(&env);
+    let expected = settled(&env, &apis, "pool", 2).await;
+    let before = vm_calls(&env.dev.cloud.stats());
+    apply_until(&env, |l| l == "pool: step created: done").await;
+    let capi_machines: Api<capi::Machine> = Api::namespaced(env.client(), NS);
+    assert!(!capi_machines.list(&ListParams::default()).await.unwrap().items.is_empty(), "CAPI objects were made");
+
+    let names = migrate::rollback(&env.client(), &options(), &|_| {}).await.unwrap();
+    assert_eq!(names, vec!["pool".to_string()]);
+    wait_mcm(&apis, "pool", &expected).await;
+    assert_no_capi_objects(&env).await;
+    let d = apis.deployments.get("pool").await.unwrap();
+    let annotations = d.metadata.annotations.unwrap_or_default();
+    for key in [migrate::STEP_ANNOTATION, migrate::WAS_PAUSED_ANNOTATION, "machine.sapcloud.io/paused"] {
+        assert!(!annotations.contains_key(key), "{key} removed: {annotations:?}");
+    }
+    for m in apis.machines.list(&ListParams::default()).await.unwrap().items {
+        assert!(!m.metadata.annotations.unwrap_or_default().contains_key("machine.sapcloud.io/paused"));
+    }
+    assert!(!d.spec.paused);
+    assert_eq!(vm_calls(&env.dev.cloud.stats()), before);
+    env.shutdown().await;
+}
