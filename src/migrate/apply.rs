@@ -231,13 +231,16 @@ async fn wait_running(
     let mut seen = std::collections::BTreeSet::new();
     loop {
         let mut waiting = Vec::new();
+        // One list a look, not one read per machine.
+        let current: std::collections::BTreeMap<String, capi::Machine> =
+            client::list(&machines).await?.into_iter().filter_map(|m| Some((m.metadata.name.clone()?, m))).collect();
         for pair in &d.machines {
             let name = pair.machine.metadata.name.clone().unwrap_or_default();
-            let m = get(&machines, &name).await?;
-            let status = m.as_ref().and_then(|m| m.status.as_ref());
+            let m = current.get(&name);
+            let status = m.and_then(|m| m.status.as_ref());
             let running = status.and_then(|s| s.phase.as_deref()) == Some(phase::RUNNING)
                 && status.and_then(|s| s.node_ref.as_ref()).map(|r| r.name.as_str()) == Some(pair.node.as_str())
-                && m.as_ref().and_then(|m| m.spec.provider_id.as_deref()) == Some(pair.provider_id.as_str());
+                && m.and_then(|m| m.spec.provider_id.as_deref()) == Some(pair.provider_id.as_str());
             if running {
                 if seen.insert(name.clone()) {
                     report(Progress::Object {
