@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use crate::api;
 
 mod flags;
+mod migrate;
 mod run_args;
 
 pub use flags::{InfraControllerFlags, MachineControllerFlags, MachineControllerManagerFlags};
@@ -44,6 +45,9 @@ enum Command {
     Bench(BenchCommand),
     /// Print every CRD this project ships as YAML (ours and CAPI core's).
     Crds(CrdsArgs),
+    /// Move MCM MachineDeployments to Cluster API objects and back, keeping every VM (docs/migration.md).
+    #[command(subcommand)]
+    Migrate(migrate::MigrateCommand),
     /// Print the version, git commit and supported Cluster API contract.
     Version,
 }
@@ -136,6 +140,9 @@ pub enum CliError {
     /// `--log-level` is not a filter.
     #[error(transparent)]
     LogLevel(#[from] crate::telemetry::logging::LogLevelError),
+    /// `mcm migrate` failed or was refused.
+    #[error(transparent)]
+    Migrate(#[from] migrate::MigrateCommandError),
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -161,6 +168,10 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse_from(args);
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Migrate(err)) => {
+            eprintln!("mcm migrate: {err}");
+            ExitCode::from(err.exit_code())
+        }
         Err(err) => {
             eprintln!("mcm: {err}");
             ExitCode::FAILURE
@@ -216,6 +227,14 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             runtime.block_on(crate::dev::run(options, ctrl_c()))?;
+            Ok(())
+        }
+        Command::Migrate(command) => {
+            init_logging();
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            let mut out = std::io::stdout();
+            runtime.block_on(migrate::run(command, &mut out))?;
             Ok(())
         }
         Command::Version => {

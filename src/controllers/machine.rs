@@ -77,6 +77,10 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
         // The termination controller's now.
         return Ok(Action::await_change());
     }
+    if crate::lifecycle::names::paused(&machine.metadata) {
+        // Hands off (`mcm migrate` hands the VM over); removing the annotation is a change that wakes us.
+        return Ok(Action::await_change());
+    }
     if ctx.freeze.frozen() {
         // An API server is unreachable (MCM's freeze): the unfreeze resets health timeouts and requeues us.
         return Ok(Action::requeue(ctx.config.resync));

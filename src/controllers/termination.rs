@@ -35,7 +35,8 @@ const MAX_STEPS: usize = 10;
 
 /// Reconciles a machine being deleted.
 pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if machine.metadata.deletion_timestamp.is_none() {
+    if machine.metadata.deletion_timestamp.is_none() || crate::lifecycle::names::paused(&machine.metadata) {
+        // Not deleting, or paused: a paused machine's VM and Node are never deleted (`mcm migrate`).
         return Ok(Action::await_change());
     }
     if !class::has_finalizer(machine.metadata.finalizers.as_ref(), MACHINE_FINALIZER) {

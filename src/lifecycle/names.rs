@@ -18,6 +18,16 @@ pub const FORCE_DELETION_LABEL: &str = "force-deletion";
 /// Node label: the name of its Machine.
 pub const MACHINE_NAME_LABEL: &str = "node.gardener.cloud/machine-name";
 
+/// Annotation on a Machine, MachineSet or MachineDeployment: our MCM-flavour controllers leave the object alone
+/// (no create, delete, health check, drain or status write) while it is present, whatever its value. Not an MCM
+/// annotation: a Go MCM ignores it and must be scaled to zero instead. `mcm migrate` sets it during a hand-over.
+pub const PAUSED_ANNOTATION: &str = "machine.sapcloud.io/paused";
+
+/// Whether `meta` carries [`PAUSED_ANNOTATION`].
+pub fn paused(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
+}
+
 /// Machine annotation: deletion priority (lower goes first); set to `3` at creation when absent.
 pub const PRIORITY_ANNOTATION: &str = "machinepriority.machine.sapcloud.io";
 /// The priority a new machine gets.

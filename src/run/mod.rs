@@ -146,7 +146,7 @@ pub enum RunError {
     Serve(#[from] telemetry::ServeError),
 }
 
-async fn load_config(which: &'static str, path: Option<&PathBuf>) -> Result<kube::Config, RunError> {
+pub(crate) async fn load_config(which: &'static str, path: Option<&PathBuf>) -> Result<kube::Config, RunError> {
     let fail = |reason: String| RunError::Config { which, reason };
     match path {
         Some(path) => {

@@ -10,6 +10,7 @@ mod dev;
 mod drain;
 mod infra;
 mod machines;
+mod migrate;
 mod packaging;
 mod providers;
 mod run;

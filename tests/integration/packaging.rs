@@ -321,7 +321,6 @@ async fn the_components_apply_to_an_api_server() {
 
 /// The manager Deployment's `--controllers` (its default substituted) names only controllers `mcm run` accepts.
 #[test]
-#[ignore = "needs the `infrastructure` controller group of `mcm run --controllers` (issue #12)"]
 fn the_manager_selects_controllers_mcm_run_knows() {
     let manager = std::fs::read_to_string(root().join("config/manager/manager.yaml")).unwrap();
     let manager = substitute(&manager, &BTreeMap::new());

@@ -31,3 +31,11 @@ pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 pub const DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
 /// Annotation marking infrastructure managed by something other than its provider.
 pub const MANAGED_BY_ANNOTATION: &str = "cluster.x-k8s.io/managed-by";
+/// Label on MachineSets (and their Machines): the MachineDeployment they belong to.
+pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+/// Label on Machines: the MachineSet they belong to.
+pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+/// Annotation on an infrastructure machine: the name of the template it was cloned from.
+pub const CLONED_FROM_NAME_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-name";
+/// Annotation on an infrastructure machine: `Kind.group` of the template it was cloned from.
+pub const CLONED_FROM_GROUPKIND_ANNOTATION: &str = "cluster.x-k8s.io/cloned-from-groupkind";

@@ -45,6 +45,9 @@ fn describe(m: &Machine) -> String {
 
 /// Reconciles a CAPI Machine.
 pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
+    if super::paused(&m.metadata) {
+        return Ok(Action::await_change());
+    }
     ctx.ready().await;
     let api: Api<Machine> = Api::namespaced(ctx.control.clone(), &m.namespace().unwrap_or_default());
     let has_finalizer = m.finalizers().iter().any(|f| f == MACHINE_FINALIZER);

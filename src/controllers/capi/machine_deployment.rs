@@ -46,10 +46,13 @@ use crate::lifecycle::status_patch;
 /// The finalizer our MachineDeployment controller holds on CAPI MachineDeployments.
 pub const FINALIZER: &str = "capi.machine.sapcloud.io/machinedeployment";
 /// The label naming a MachineSet's or Machine's MachineDeployment (CAPI's).
-pub const DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+pub const DEPLOYMENT_NAME_LABEL: &str = crate::api::capi::DEPLOYMENT_NAME_LABEL;
 
 /// Reconciles a CAPI MachineDeployment.
 pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
+    if super::paused(&d.metadata) {
+        return Ok(Action::await_change());
+    }
     ctx.ready().await;
     let key = key_of(&*d);
     let now = Timestamp::now();

@@ -40,11 +40,11 @@ use crate::lifecycle::{RetryClass, status_patch};
 /// The finalizer our MachineSet controller holds on CAPI MachineSets.
 pub const FINALIZER: &str = "capi.machine.sapcloud.io/machineset";
 /// The annotation naming the template a clone was made from.
-pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+pub const CLONED_FROM_NAME: &str = crate::api::capi::CLONED_FROM_NAME_ANNOTATION;
 /// The annotation naming the group and kind of the template a clone was made from.
-pub const CLONED_FROM_GROUPKIND: &str = "cluster.x-k8s.io/cloned-from-groupkind";
+pub const CLONED_FROM_GROUPKIND: &str = crate::api::capi::CLONED_FROM_GROUPKIND_ANNOTATION;
 /// The label naming a Machine's MachineSet (CAPI's).
-pub const SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+pub const SET_NAME_LABEL: &str = crate::api::capi::SET_NAME_LABEL;
 
 pub(super) fn params() -> PatchParams {
     PatchParams { field_manager: Some(MANAGER.to_string()), ..Default::default() }
@@ -52,6 +52,9 @@ pub(super) fn params() -> PatchParams {
 
 /// Reconciles a CAPI MachineSet.
 pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
+    if super::paused(&set.metadata) {
+        return Ok(Action::await_change());
+    }
     ctx.ready().await;
     let key = key_of(&*set);
     let resync = Action::requeue(ctx.config.resync);

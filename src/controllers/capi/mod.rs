@@ -59,6 +59,12 @@ pub fn held_by_upstream_core(meta: &ObjectMeta) -> bool {
     meta.finalizers.iter().flatten().any(|f| UPSTREAM_CORE_FINALIZERS.contains(&f.as_str()))
 }
 
+/// Whether `meta` carries CAPI's `cluster.x-k8s.io/paused` annotation: the controllers leave it alone, as upstream
+/// core does (`capi-contract.md` §5.4; `mcm migrate rollback` relies on it).
+pub(crate) fn paused(meta: &ObjectMeta) -> bool {
+    meta.annotations.as_ref().is_some_and(|a| a.contains_key(capi::PAUSED_ANNOTATION))
+}
+
 /// What the three controllers share.
 pub(crate) struct CapiContext {
     pub control: Client,

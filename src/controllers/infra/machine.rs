@@ -275,7 +275,21 @@ async fn create_flow(
                 return failed(obj, hub, api, ctx, patch, class, "FailedInitialize", deadline, now).await;
             }
         },
-        // The hub view of an MCMMachine has no `node` label, so the driver's NotFound always means "create".
+        // An MCMMachine that already names its VM (adopted by `mcm migrate`, or moved by clusterctl, which drops
+        // status) is never given a second one when the driver cannot find or look up the first: MCM trusts a
+        // machine's providerID the same way (its `TrustExisting`); the creation and health timeouts judge the VM.
+        create::AfterStatus::Create | create::AfterStatus::TrustExisting if create::provider_id(hub).is_some() => {
+            let provider_id = create::provider_id(hub).unwrap_or_default().to_string();
+            tracing::info!(mcmmachine = %key_of(obj), %provider_id, "VM not found by the driver; trusting spec.providerID");
+            Vm {
+                provider_id,
+                node_name: String::new(),
+                addresses: Vec::new(),
+                initialize: false,
+                last_known_state: None,
+            }
+        }
+        // Without a providerID (the hub view of an MCMMachine has no `node` label), NotFound means "create".
         create::AfterStatus::Create | create::AfterStatus::TrustExisting => {
             let latest = ctx.machines.get(&ObjectRef::from_obj(obj));
             if latest.is_none_or(|m| m.metadata.deletion_timestamp.is_some()) {

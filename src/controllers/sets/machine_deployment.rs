@@ -42,6 +42,9 @@ use crate::lifecycle::status_patch;
 
 /// Reconciles a MachineDeployment.
 pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) -> Result<Action, Error> {
+    if crate::lifecycle::names::paused(&d.metadata) {
+        return Ok(Action::await_change());
+    }
     ctx.ready().await;
     let key = key_of(&*d);
     let now = Timestamp::now();

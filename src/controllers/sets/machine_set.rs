@@ -47,6 +47,9 @@ pub(super) fn params() -> PatchParams {
 
 /// Reconciles a MachineSet.
 pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<SetsContext>) -> Result<Action, Error> {
+    if crate::lifecycle::names::paused(&set.metadata) {
+        return Ok(Action::await_change());
+    }
     ctx.ready().await;
     let key = key_of(&*set);
     let resync = Action::requeue(ctx.base.config.resync);
