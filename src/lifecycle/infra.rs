@@ -261,17 +261,34 @@ pub fn paused_condition(is_paused: bool) -> (bool, &'static str, String) {
     }
 }
 
-/// The providerSpec with the VM placed in `failure_domain`: the field of the provider's spec that names the zone
-/// (`zone` for InMemory). Other providers place VMs by their spec (e.g. AWS by subnet); their spec is unchanged.
+/// The providerSpec with the VM placed in `failure_domain`, in the field of the provider's spec that names the zone:
+/// `zone` for InMemory and GCP (a zone name such as `europe-west1-b`), `zone` as a number for Azure when the failure
+/// domain is one (`1`, `2`, `3`) and the spec does not place the VM in an availability set or scale set instead.
+/// AWS places VMs by subnet, so its spec is unchanged (the template's subnet decides the zone).
 pub fn place(provider: &str, provider_spec: &Value, failure_domain: Option<&str>) -> Value {
     let mut spec = provider_spec.clone();
-    if let (Some(fd), "InMemory") = (failure_domain.filter(|f| !f.is_empty()), provider) {
-        if spec.is_null() {
-            spec = Value::Object(Default::default());
+    let Some(fd) = failure_domain.filter(|f| !f.is_empty()) else {
+        return spec;
+    };
+    let zone = match provider {
+        "InMemory" | "GCP" => Value::String(fd.to_string()),
+        "Azure" => {
+            let grouped = ["availabilitySet", "virtualMachineScaleSet", "machineSet"]
+                .iter()
+                .any(|k| spec.pointer(&format!("/properties/{k}")).is_some_and(|v| !v.is_null()));
+            match fd.parse::<u32>() {
+                Ok(n) if n >= 1 && !grouped => Value::from(n),
+                _ => return spec,
+            }
         }
-        if let Some(object) = spec.as_object_mut() {
-            object.insert("zone".into(), Value::String(fd.to_string()));
-        }
+        _ => return spec,
+    };
+    if spec.is_null() {
+        spec = Value::Object(Default::default());
+    }
+    let target = if provider == "Azure" { spec.get_mut("properties") } else { Some(&mut spec) };
+    if let Some(object) = target.and_then(Value::as_object_mut) {
+        object.insert("zone".into(), zone);
     }
     spec
 }

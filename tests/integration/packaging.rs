@@ -123,9 +123,14 @@ fn the_release_manifests_are_kustomize_output_and_a_local_clusterctl_repository(
     );
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let repo = out.join("repository/infrastructure-mcm").join(&version);
-    for file in
-        ["infrastructure-components.yaml", "metadata.yaml", "cluster-template.yaml", "cluster-template-inmemory.yaml"]
-    {
+    for file in [
+        "infrastructure-components.yaml",
+        "metadata.yaml",
+        "cluster-template.yaml",
+        "cluster-template-azure.yaml",
+        "cluster-template-gcp.yaml",
+        "cluster-template-inmemory.yaml",
+    ] {
         let released = std::fs::read_to_string(out.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
         let in_repo = std::fs::read_to_string(repo.join(file)).unwrap_or_else(|e| panic!("repository {file}: {e}"));
         assert_eq!(released, in_repo, "{file}");
@@ -327,6 +332,64 @@ fn the_manager_selects_controllers_mcm_run_knows() {
     let deployment = documents(&manager).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
     let list = args.iter().filter_map(Value::as_str).find_map(|a| a.strip_prefix("--controllers=")).unwrap();
-    let disabled = mcm::run::selection::disabled(list, mcm::run::selection::KNOWN);
-    assert!(disabled.is_ok(), "--controllers={list}: {disabled:?}");
+    use mcm::run::selection::{INFRASTRUCTURE, KNOWN, OFF_BY_DEFAULT, disabled};
+    let disabled = disabled(list, KNOWN, OFF_BY_DEFAULT).unwrap_or_else(|e| panic!("--controllers={list}: {e}"));
+    assert!(!disabled.contains(INFRASTRUCTURE), "--controllers={list} runs the infrastructure provider");
+}
+
+/// Every inline class of every cluster template, variables filled with their defaults (or a sample value), is a
+/// providerSpec its driver accepts: a template cannot ship a field the driver refuses.
+#[test]
+fn every_template_class_is_accepted_by_its_driver() {
+    let mut checked = BTreeMap::<String, usize>::new();
+    for entry in std::fs::read_dir(root().join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let file = path.file_name().unwrap().to_str().unwrap().to_string();
+        let values: BTreeMap<&str, &str> = variables(&text)
+            .into_iter()
+            .filter(|(_, default)| default.is_none())
+            .map(|(k, _)| (leak(&k), sample(&k)))
+            .collect();
+        for doc in documents(&substitute(&text, &values)) {
+            let class = &doc["spec"]["template"]["spec"]["inlineClass"];
+            let (Some(provider), spec) = (class["provider"].as_str(), &class["providerSpec"]) else { continue };
+            let parsed: Result<(), String> = match provider {
+                "InMemory" => mcm::providers::inmemory::ProviderSpec::parse(spec).map(drop).map_err(|e| e.to_string()),
+                #[cfg(feature = "aws")]
+                "AWS" => mcm::providers::aws::ProviderSpec::parse(spec).map(drop).map_err(|e| e.to_string()),
+                #[cfg(feature = "azure")]
+                "Azure" => mcm::providers::azure::ProviderSpec::parse(spec).map(drop).map_err(|e| e.to_string()),
+                #[cfg(feature = "gcp")]
+                "GCP" => mcm::providers::gcp::ProviderSpec::parse(spec).map(drop).map_err(|e| e.to_string()),
+                _ => continue,
+            };
+            parsed.unwrap_or_else(|e| panic!("{file}: {} {provider}: {e}", doc["metadata"]["name"]));
+            *checked.entry(file.clone()).or_default() += 1;
+        }
+    }
+    assert!(checked.get("cluster-template-inmemory.yaml").is_some_and(|n| *n >= 1), "{checked:?}");
+    #[cfg(all(feature = "aws", feature = "azure", feature = "gcp"))]
+    for file in ["cluster-template.yaml", "cluster-template-azure.yaml", "cluster-template-gcp.yaml"] {
+        assert_eq!(checked.get(file), Some(&2), "{file}: control plane and workers checked ({checked:?})");
+    }
+}
+
+/// A plausible value for a required template variable, by its name.
+fn sample(name: &str) -> &'static str {
+    match name {
+        "CLUSTER_NAME" => "demo",
+        "NAMESPACE" => "default",
+        "KUBERNETES_VERSION" => "v1.34.1",
+        "AWS_REGION" => "eu-west-1",
+        "AWS_ZONE" => "eu-west-1a",
+        "AWS_AMI_ID" => "ami-0123456789abcdef0",
+        "AWS_SUBNET_ID" => "subnet-0123456789abcdef0",
+        "AWS_SECURITY_GROUP_ID" => "sg-0123456789abcdef0",
+        "AZURE_LOCATION" => "westeurope",
+        "GCP_REGION" => "europe-west1",
+        "GCP_ZONE" => "europe-west1-b",
+        "CONTROL_PLANE_ENDPOINT_HOST" => "api.demo.example",
+        _ => "demo-value",
+    }
 }

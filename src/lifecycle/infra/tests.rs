@@ -168,7 +168,35 @@ fn placement_in_the_failure_domain() {
         ("in-memory null spec", "InMemory", Value::Null, Some("zone-b"), json!({"zone": "zone-b"})),
         ("no failure domain", "InMemory", json!({"zone": "z"}), None, json!({"zone": "z"})),
         ("empty failure domain", "InMemory", json!({"zone": "z"}), Some(""), json!({"zone": "z"})),
-        ("other providers unchanged", "AWS", json!({"region": "r"}), Some("zone-b"), json!({"region": "r"})),
+        ("AWS places by subnet", "AWS", json!({"region": "r"}), Some("zone-b"), json!({"region": "r"})),
+        (
+            "GCP zone",
+            "GCP",
+            json!({"zone": "e1-b", "region": "e1"}),
+            Some("e1-c"),
+            json!({"zone": "e1-c", "region": "e1"}),
+        ),
+        (
+            "Azure zone number",
+            "Azure",
+            json!({"properties": {"zone": 1}}),
+            Some("3"),
+            json!({"properties": {"zone": 3}}),
+        ),
+        (
+            "Azure non-numeric",
+            "Azure",
+            json!({"properties": {"zone": 1}}),
+            Some("x"),
+            json!({"properties": {"zone": 1}}),
+        ),
+        (
+            "Azure availability set",
+            "Azure",
+            json!({"properties": {"availabilitySet": {"id": "a"}}}),
+            Some("2"),
+            json!({"properties": {"availabilitySet": {"id": "a"}}}),
+        ),
     ];
     for (name, provider, spec, fd, want) in cases {
         assert_eq!(place(provider, &spec, fd), want, "{name}");
