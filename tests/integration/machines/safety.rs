@@ -173,12 +173,14 @@ async fn nodes_without_a_machine_are_marked_unmanaged() {
         }))
         .unwrap()
     };
-    nodes.create(&PostParams::default(), &node("stray", false)).await.unwrap();
-    nodes.create(&PostParams::default(), &node("adopted", true)).await.unwrap();
-    // A machine naming the Node by its `node` label (its class does not exist, so nothing else happens to it).
+    // A machine naming the Node by its `node` label (its class does not exist, so nothing else happens to it). It
+    // exists before the Node: a Node older than the creation timeout without a Machine loses MCM's finalizer, which
+    // a slow machine write would otherwise let happen first.
     env.create("adopter.yaml", &super::machine_yaml("adopter", "missing", "")).await;
     let label = json!({"metadata": {"labels": {"node": "adopted"}}});
     env.machines().patch("adopter", &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    nodes.create(&PostParams::default(), &node("stray", false)).await.unwrap();
+    nodes.create(&PostParams::default(), &node("adopted", true)).await.unwrap();
 
     let stray = wait_until("node stray to be marked unmanaged", WAIT, || async {
         let n = nodes.get("stray").await.ok()?;
