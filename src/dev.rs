@@ -202,12 +202,7 @@ impl DevEnvironment {
         let mut drivers = DriverRegistry::new();
         drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
         // The real clouds too, for classes whose secret points at a local fake (`endpoint: http://127.0.0.1:…`).
-        #[cfg(feature = "aws")]
-        drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
-        #[cfg(feature = "gcp")]
-        drivers.register(Arc::new(crate::providers::gcp::GcpDriver::new()));
-        #[cfg(feature = "azure")]
-        drivers.register(Arc::new(crate::providers::azure::AzureDriver::new()));
+        drivers.register_cloud_drivers();
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),

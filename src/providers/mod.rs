@@ -71,6 +71,17 @@ impl DriverRegistry {
         self.drivers.insert(driver.provider().to_string(), driver);
     }
 
+    /// Adds every cloud driver compiled into this binary (the cargo features `aws`, `azure`, `gcp`), each with its
+    /// endpoints from the environment or the class secret. `mcm run` and `mcm dev` share this list.
+    pub fn register_cloud_drivers(&mut self) {
+        #[cfg(feature = "aws")]
+        self.register(Arc::new(aws::AwsDriver::new()));
+        #[cfg(feature = "azure")]
+        self.register(Arc::new(azure::AzureDriver::new()));
+        #[cfg(feature = "gcp")]
+        self.register(Arc::new(gcp::GcpDriver::new()));
+    }
+
     /// The driver for `provider`, or `InvalidArgument` naming the providers that exist.
     pub fn get(&self, provider: &str) -> Result<Arc<dyn Driver>, DriverError> {
         self.drivers.get(provider).cloned().ok_or_else(|| {
@@ -85,5 +96,22 @@ impl DriverRegistry {
     /// The provider names served.
     pub fn providers(&self) -> Vec<String> {
         self.drivers.keys().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DriverRegistry;
+
+    #[test]
+    fn the_cloud_drivers_of_the_build_are_registered() {
+        let mut registry = DriverRegistry::new();
+        registry.register_cloud_drivers();
+        let compiled =
+            [(cfg!(feature = "aws"), "AWS"), (cfg!(feature = "azure"), "Azure"), (cfg!(feature = "gcp"), "GCP")];
+        for (on, provider) in compiled {
+            assert_eq!(registry.get(provider).is_ok(), on, "{provider}");
+        }
+        assert!(registry.get("InMemory").is_err(), "the in-memory cloud is registered by whoever owns one");
     }
 }

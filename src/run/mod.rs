@@ -200,8 +200,7 @@ async fn clusters(options: &RunOptions) -> Result<Clusters, RunError> {
 /// The drivers this binary has, each metered.
 fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
     let mut drivers = DriverRegistry::new();
-    #[cfg(feature = "aws")]
-    drivers.register(Arc::new(crate::providers::aws::AwsDriver::new()));
+    drivers.register_cloud_drivers();
     if let Some(url) = &options.inmemory_cloud_url {
         drivers.register(Arc::new(crate::providers::inmemory::remote::RemoteDriver::new(url)));
     }
