@@ -33,6 +33,7 @@ use super::context::{Context, key_of};
 use super::error::Error;
 use super::informer::{Changed, Notice};
 use super::machine::{class_info, class_secrets, write_status};
+use super::tasks::on_stop;
 use super::{ProbeClients, writes};
 use crate::api::infra::MCMMachine;
 use crate::api::mcm::{Machine, MachineClass, MachinePhase};
@@ -123,11 +124,6 @@ pub(crate) struct Safety {
     pub stop: watch::Receiver<bool>,
 }
 
-/// Resolves once the controllers are told to stop.
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// The orphan collections' schedule, shared by the MCM-flavour and the infrastructure collectors: `collect` runs
 /// once `ready` resolves (reason `start`), then every [`SafetyConfig::orphan_period`] (`period`), and on a trigger
 /// (its reason) no sooner than [`SafetyConfig::orphan_trigger_cooldown`] after the previous collection. Triggers
@@ -144,18 +140,18 @@ pub(crate) async fn schedule_orphan_collections<F, Fut>(
 {
     tokio::select! {
         () = ready => {}
-        () = stopped(stop.clone()) => return,
+        () = on_stop(stop) => return,
     }
     let mut reason = "start".to_string();
     loop {
         collect(reason).await;
         let last = Instant::now();
         tokio::select! {
-            () = stopped(stop.clone()) => return,
+            () = on_stop(stop) => return,
             () = tokio::time::sleep(config.orphan_period()) => reason = "period".to_string(),
             Some(why) = triggers.next() => {
                 tokio::select! {
-                    () = stopped(stop.clone()) => return,
+                    () = on_stop(stop) => return,
                     () = tokio::time::sleep_until(last + config.orphan_trigger_cooldown) => {}
                 }
                 // What else came meanwhile is covered by this collection.
@@ -368,7 +364,7 @@ impl Safety {
         let mut requeue_at: Option<Instant> = None;
         loop {
             tokio::select! {
-                () = stopped(self.stop.clone()) => return,
+                () = on_stop(&self.stop) => return,
                 () = tokio::time::sleep_until(next_probe) => {}
                 () = tokio::time::sleep_until(requeue_at.unwrap_or(next_probe)), if requeue_at.is_some() => {
                     requeue_at = None;
