@@ -19,7 +19,6 @@ mod cluster;
 mod machine;
 mod machine_deployment;
 mod machine_set;
-mod written;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +45,9 @@ use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
+
+/// Read-your-writes for the CAPI flavour's reconciles (see `sets::settle`).
+type Written = super::sets::settle::Written<Machine, MachineSet, MachineDeployment>;
 
 /// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
 pub const UPSTREAM_CORE_FINALIZERS: [&str; 4] = [
