@@ -27,6 +27,7 @@ mod machine_class;
 mod metrics;
 mod safety;
 mod sets;
+mod tasks;
 mod termination;
 mod writes;
 
@@ -59,6 +60,7 @@ pub use sets::SetOptions;
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
 use self::safety::{FreezeFlag, Safety};
+use self::tasks::{Tasks, on_stop};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 use crate::lifecycle::safety::SafetyConfig;
@@ -141,10 +143,7 @@ impl Default for ControllerOptions {
 
 /// The running controllers. Dropping this cancels them; [`Controllers::stop`] lets them finish first.
 pub struct Controllers {
-    stop: watch::Sender<bool>,
-    controllers: Vec<JoinHandle<()>>,
-    informers: Vec<JoinHandle<()>>,
-    grace: Duration,
+    tasks: Tasks,
     freeze: Arc<FreezeFlag>,
     ready: Vec<watch::Receiver<bool>>,
 }
@@ -155,27 +154,10 @@ impl Controllers {
     pub fn start(clusters: Clusters, drivers: DriverRegistry, options: ControllerOptions) -> Controllers {
         let control = clusters.control.clone();
         let ns = options.namespace.clone();
-        let scoped = |client: Client| -> Api<Machine> {
-            match &ns {
-                Some(ns) => Api::namespaced(client, ns),
-                None => Api::all(client),
-            }
-        };
-        let mut machines = Informer::new(scoped(control.clone()), watcher::Config::default());
-        let mut classes: Informer<MachineClass> = Informer::new(
-            match &ns {
-                Some(ns) => Api::namespaced(control.clone(), ns),
-                None => Api::all(control.clone()),
-            },
-            watcher::Config::default(),
-        );
-        let mut secrets: Informer<Secret> = Informer::new(
-            match &ns {
-                Some(ns) => Api::namespaced(control.clone(), ns),
-                None => Api::all(control.clone()),
-            },
-            watcher::Config::default(),
-        );
+        let mut machines = Informer::new(scoped(&control, ns.as_deref()), watcher::Config::default());
+        let mut classes: Informer<MachineClass> =
+            Informer::new(scoped(&control, ns.as_deref()), watcher::Config::default());
+        let mut secrets: Informer<Secret> = Informer::new(scoped(&control, ns.as_deref()), watcher::Config::default());
         let mut nodes: Option<Informer<Node>> =
             clusters.target.clone().map(|t| Informer::new(Api::all(t), watcher::Config::default()));
 
@@ -213,12 +195,7 @@ impl Controllers {
         });
 
         let (stop, stopped) = watch::channel(false);
-        let shutdown = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        };
+        let shutdown = || on_stop(&stopped);
         let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
         // Machine controller: machines not being deleted; their Nodes; their classes; the safety controller's
@@ -324,11 +301,8 @@ impl Controllers {
         let safety = Arc::new(Safety {
             ctx: ctx.clone(),
             config: options.safety.clone(),
-            machines: scoped(control.clone()),
-            infra_machines: match &ns {
-                Some(ns) => Api::namespaced(control.clone(), ns),
-                None => Api::all(control.clone()),
-            },
+            machines: scoped(&control, ns.as_deref()),
+            infra_machines: scoped(&control, ns.as_deref()),
             probe_namespace: options.namespace.clone().unwrap_or_else(|| "default".to_string()),
             probes,
             requeue,
@@ -355,7 +329,9 @@ impl Controllers {
             .collect();
         let ready = if machine_side { ctx.ready.clone() } else { Vec::new() };
         tracing::info!(namespace = ?options.namespace, target = clusters.target.is_some(), "machine controllers started");
-        Controllers { stop, controllers, informers, grace: options.shutdown_grace, freeze, ready }
+        let overran = "reconciles still running after the shutdown grace; cancelling them";
+        let tasks = Tasks { stop, controllers, informers, grace: options.shutdown_grace, overran };
+        Controllers { tasks, freeze, ready }
     }
 
     /// Resolves once the machine side's caches (Machines, classes, Secrets, Nodes) have their first lists.
@@ -380,41 +356,24 @@ impl Controllers {
     }
 
     /// Stops taking new work, lets running reconciles finish (up to the shutdown grace), then ends the watches.
-    pub async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        let mut controllers = std::mem::take(&mut self.controllers);
-        let all = futures::future::join_all(controllers.iter_mut());
-        if tokio::time::timeout(self.grace, all).await.is_err() {
-            tracing::warn!("reconciles still running after the shutdown grace; cancelling them");
-        }
-        for handle in &controllers {
-            handle.abort();
-        }
-        self.abort_all();
+    pub async fn stop(self) {
+        self.tasks.stop().await;
     }
 
     /// Cancels everything at once, mid-reconcile (as a crash would; tests use it).
-    pub async fn kill(mut self) {
-        let handles: Vec<JoinHandle<()>> =
-            std::mem::take(&mut self.controllers).into_iter().chain(std::mem::take(&mut self.informers)).collect();
-        for handle in &handles {
-            handle.abort();
-        }
-        for handle in handles {
-            let _ = handle.await;
-        }
-    }
-
-    fn abort_all(&mut self) {
-        for handle in self.controllers.iter().chain(&self.informers) {
-            handle.abort();
-        }
+    pub async fn kill(self) {
+        self.tasks.kill().await;
     }
 }
 
-impl Drop for Controllers {
-    fn drop(&mut self) {
-        self.abort_all();
+/// An `Api` over one namespace, or over all of them.
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     }
 }
 

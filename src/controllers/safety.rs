@@ -33,6 +33,7 @@ use super::context::{Context, key_of};
 use super::error::Error;
 use super::informer::{Changed, Notice};
 use super::machine::{class_info, class_secrets, write_status};
+use super::tasks::on_stop;
 use super::{ProbeClients, writes};
 use crate::api::infra::MCMMachine;
 use crate::api::mcm::{Machine, MachineClass, MachinePhase};
@@ -123,9 +124,42 @@ pub(crate) struct Safety {
     pub stop: watch::Receiver<bool>,
 }
 
-/// Resolves once the controllers are told to stop.
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
+/// The orphan collections' schedule, shared by the MCM-flavour and the infrastructure collectors: `collect` runs
+/// once `ready` resolves (reason `start`), then every [`SafetyConfig::orphan_period`] (`period`), and on a trigger
+/// (its reason) no sooner than [`SafetyConfig::orphan_trigger_cooldown`] after the previous collection. Triggers
+/// arriving meanwhile are folded into that collection. Ends when `stop` turns `true`.
+pub(crate) async fn schedule_orphan_collections<F, Fut>(
+    ready: impl Future<Output = ()>,
+    stop: &watch::Receiver<bool>,
+    config: &SafetyConfig,
+    mut triggers: impl Stream<Item = String> + Unpin,
+    mut collect: F,
+) where
+    F: FnMut(String) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    tokio::select! {
+        () = ready => {}
+        () = on_stop(stop) => return,
+    }
+    let mut reason = "start".to_string();
+    loop {
+        collect(reason).await;
+        let last = Instant::now();
+        tokio::select! {
+            () = on_stop(stop) => return,
+            () = tokio::time::sleep(config.orphan_period()) => reason = "period".to_string(),
+            Some(why) = triggers.next() => {
+                tokio::select! {
+                    () = on_stop(stop) => return,
+                    () = tokio::time::sleep_until(last + config.orphan_trigger_cooldown) => {}
+                }
+                // What else came meanwhile is covered by this collection.
+                while let Some(Some(_)) = triggers.next().now_or_never() {}
+                reason = why;
+            }
+        }
+    }
 }
 
 impl Safety {
@@ -135,29 +169,12 @@ impl Safety {
     }
 
     /// The orphan task: a collection once the stores are synced, then every period and on triggers.
-    pub(crate) async fn run_orphans(self: Arc<Self>, mut triggers: impl Stream<Item = String> + Send + Unpin) {
-        tokio::select! {
-            () = self.ctx.ready() => {}
-            () = stopped(self.stop.clone()) => return,
-        }
-        let mut reason = "start".to_string();
-        loop {
-            self.collect(&reason).await;
-            let last = Instant::now();
-            tokio::select! {
-                () = stopped(self.stop.clone()) => return,
-                () = tokio::time::sleep(self.config.orphan_period()) => reason = "period".to_string(),
-                Some(why) = triggers.next() => {
-                    tokio::select! {
-                        () = stopped(self.stop.clone()) => return,
-                        () = tokio::time::sleep_until(last + self.config.orphan_trigger_cooldown) => {}
-                    }
-                    // What else came meanwhile is covered by this collection.
-                    while let Some(Some(_)) = triggers.next().now_or_never() {}
-                    reason = why;
-                }
-            }
-        }
+    pub(crate) async fn run_orphans(self: Arc<Self>, triggers: impl Stream<Item = String> + Send + Unpin) {
+        let collect = |reason: String| {
+            let this = self.clone();
+            async move { this.collect(&reason).await }
+        };
+        schedule_orphan_collections(self.ctx.ready(), &self.stop, &self.config, triggers, collect).await;
     }
 
     /// One collection over every class, then the Node marks.
@@ -347,7 +364,7 @@ impl Safety {
         let mut requeue_at: Option<Instant> = None;
         loop {
             tokio::select! {
-                () = stopped(self.stop.clone()) => return,
+                () = on_stop(&self.stop) => return,
                 () = tokio::time::sleep_until(next_probe) => {}
                 () = tokio::time::sleep_until(requeue_at.unwrap_or(next_probe)), if requeue_at.is_some() => {
                     requeue_at = None;
@@ -452,6 +469,8 @@ impl Safety {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use crate::api::mcm::{LastOperation, MachineStatus};
 
     use super::*;
@@ -490,5 +509,31 @@ mod tests {
             let got = stream.next().now_or_never().flatten();
             assert_eq!(got.as_deref(), want, "{name}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn orphan_collections_run_at_start_after_a_cooldown_on_triggers_and_every_period() {
+        let config = SafetyConfig::default();
+        let (stop_tx, stop) = watch::channel(false);
+        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel::<String>();
+        let (ran_tx, mut ran) = mpsc::unbounded_channel();
+        let (cooldown, period) = (config.orphan_trigger_cooldown, config.orphan_period());
+        let t0 = Instant::now();
+        let schedule = tokio::spawn(async move {
+            let collect = |reason: String| {
+                ran_tx.send((reason, Instant::now() - t0)).unwrap();
+                futures::future::ready(())
+            };
+            let triggers = UnboundedReceiverStream::new(trigger_rx);
+            schedule_orphan_collections(futures::future::ready(()), &stop, &config, triggers, collect).await;
+        });
+        assert_eq!(ran.recv().await.unwrap(), ("start".to_string(), Duration::ZERO));
+        trigger_tx.send("first".into()).unwrap();
+        trigger_tx.send("second".into()).unwrap();
+        assert_eq!(ran.recv().await.unwrap(), ("first".to_string(), cooldown), "one collection for both triggers");
+        assert_eq!(ran.recv().await.unwrap(), ("period".to_string(), cooldown + period));
+        stop_tx.send(true).unwrap();
+        schedule.await.unwrap();
+        assert!(ran.recv().await.is_none(), "no collection after the stop");
     }
 }

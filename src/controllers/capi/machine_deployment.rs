@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::Written;
 use super::machine_set::{params, selector_string};
-use super::written::Written;
 use super::{CapiContext, capi_controller_ref, capi_owner_refs};
 use crate::api::capi::{CLUSTER_NAME_LABEL, Machine, MachineDeployment, MachineDeploymentStatus, MachineSet};
 use crate::api::mcm;

@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use rand::Rng;
 use serde_json::json;
 
-use super::written::Written;
+use super::Written;
 use super::{CapiContext, capi_controller_ref, capi_owner_refs};
 use crate::api::capi::{CLUSTER_NAME_LABEL, ContractVersionedObjectReference, Machine, MachineSet, MachineSetStatus};
 use crate::api::infra::{self, MCMMachine, MCMMachineTemplate};

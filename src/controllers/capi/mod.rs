@@ -19,7 +19,6 @@ mod cluster;
 mod machine;
 mod machine_deployment;
 mod machine_set;
-mod written;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -32,19 +31,23 @@ use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::context::{RetryBook, lock};
 use super::informer::{Informer, Notice};
 use super::sets::SetOptions;
-use super::{ControllerOptions, refs};
+use super::tasks::on_stop;
+use super::{ControllerOptions, refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
+
+/// Read-your-writes for the CAPI flavour's reconciles (see `sets::settle`).
+type Written = super::sets::settle::Written<Machine, MachineSet, MachineDeployment>;
 
 /// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
 pub const UPSTREAM_CORE_FINALIZERS: [&str; 4] = [
@@ -142,16 +145,6 @@ pub(crate) fn capi_owner_refs(meta: &mut ObjectMeta) {
     }
 }
 
-fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    }
-}
-
 /// What [`start`] started.
 pub(crate) struct Started {
     pub controllers: Vec<JoinHandle<()>>,
@@ -169,14 +162,12 @@ pub(crate) fn start(
     stop: watch::Receiver<bool>,
 ) -> Started {
     let ns = options.namespace.as_deref();
-    let mut machines: Informer<Machine> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
-    let mut sets: Informer<MachineSet> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
-    let mut deployments: Informer<MachineDeployment> =
-        Informer::new(scoped(control.clone(), ns), watcher::Config::default());
-    let mut infra: Informer<MCMMachine> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
-    let mut clusters: Informer<capi::Cluster> = Informer::new(scoped(control.clone(), ns), watcher::Config::default());
-    let mut infra_clusters: Informer<MCMCluster> =
-        Informer::new(scoped(control.clone(), ns), watcher::Config::default());
+    let mut machines: Informer<Machine> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut sets: Informer<MachineSet> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut deployments: Informer<MachineDeployment> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut infra: Informer<MCMMachine> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut clusters: Informer<capi::Cluster> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut infra_clusters: Informer<MCMCluster> = Informer::new(scoped(&control, ns), watcher::Config::default());
     let recorder =
         |name: &str| Recorder::new(control.clone(), Reporter { controller: name.to_string(), instance: None });
     let mut ready = vec![
@@ -213,12 +204,7 @@ pub(crate) fn start(
         options: options.sets.clone(),
         reported: Mutex::default(),
     });
-    let shutdown = move || {
-        let mut stop = stop.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    };
+    let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
     let set_triggers = set_triggers(&mut sets, &mut machines, &ctx);

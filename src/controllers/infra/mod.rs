@@ -29,10 +29,11 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use super::context::{RetryBook, key_of};
 use super::informer::{Informer, Notice};
+use super::tasks::{Tasks, on_stop};
+use super::{refs, scoped};
 use crate::api::capi;
 use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;
@@ -128,38 +129,8 @@ impl InfraContext {
 /// The running infrastructure controllers. Dropping this cancels them; [`InfraControllers::stop`] lets them
 /// finish first.
 pub struct InfraControllers {
-    stop: watch::Sender<bool>,
-    controllers: Vec<JoinHandle<()>>,
-    informers: Vec<JoinHandle<()>>,
-    grace: Duration,
+    tasks: Tasks,
     ready: Vec<watch::Receiver<bool>>,
-}
-
-fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-fn refs<K, T, F, I>(
-    rx: tokio::sync::mpsc::UnboundedReceiver<Notice<K>>,
-    map: F,
-) -> impl Stream<Item = ObjectRef<T>> + Send + 'static
-where
-    K: Send + Sync + 'static,
-    T: Resource<DynamicType = ()> + 'static,
-    F: FnMut(Notice<K>) -> I + Send + 'static,
-    I: IntoIterator<Item = ObjectRef<T>>,
-    I::IntoIter: Send + 'static,
-{
-    super::refs(rx, map)
 }
 
 impl InfraControllers {
@@ -194,12 +165,7 @@ impl InfraControllers {
             retries: RetryBook::default(),
         });
         let (stop, stopped) = watch::channel(false);
-        let shutdown = move || {
-            let mut stopped = stopped.clone();
-            async move {
-                let _ = stopped.wait_for(|s| *s).await;
-            }
-        };
+        let shutdown = || on_stop(&stopped);
 
         let machine_triggers = machine_triggers(
             &mut machines,
@@ -296,7 +262,9 @@ impl InfraControllers {
             tokio::spawn(collector.run(orphans::triggers(orphan_notices))),
         ];
         tracing::info!(namespace = ?options.namespace, watch_filter = ?options.watch_filter, "infrastructure controllers started");
-        InfraControllers { stop, controllers, informers, grace: options.shutdown_grace, ready }
+        let overran = "infrastructure reconciles still running after the shutdown grace; cancelling them";
+        let tasks = Tasks { stop, controllers, informers, grace: options.shutdown_grace, overran };
+        InfraControllers { tasks, ready }
     }
 
     /// Resolves once every watch has its first list (the future owns what it waits on).
@@ -305,41 +273,13 @@ impl InfraControllers {
     }
 
     /// Stops taking new work, lets running reconciles finish (up to the shutdown grace), then ends the watches.
-    pub async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        let mut controllers = std::mem::take(&mut self.controllers);
-        let all = futures::future::join_all(controllers.iter_mut());
-        if tokio::time::timeout(self.grace, all).await.is_err() {
-            tracing::warn!("infrastructure reconciles still running after the shutdown grace; cancelling them");
-        }
-        for handle in &controllers {
-            handle.abort();
-        }
-        self.abort_all();
+    pub async fn stop(self) {
+        self.tasks.stop().await;
     }
 
     /// Cancels everything at once, mid-reconcile (as a crash would; tests use it).
-    pub async fn kill(mut self) {
-        let handles: Vec<JoinHandle<()>> =
-            std::mem::take(&mut self.controllers).into_iter().chain(std::mem::take(&mut self.informers)).collect();
-        for handle in &handles {
-            handle.abort();
-        }
-        for handle in handles {
-            let _ = handle.await;
-        }
-    }
-
-    fn abort_all(&mut self) {
-        for handle in self.controllers.iter().chain(&self.informers) {
-            handle.abort();
-        }
-    }
-}
-
-impl Drop for InfraControllers {
-    fn drop(&mut self) {
-        self.abort_all();
+    pub async fn kill(self) {
+        self.tasks.kill().await;
     }
 }
 

@@ -7,11 +7,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::InfraContext;
@@ -19,6 +18,7 @@ use crate::api::infra::MCMMachine;
 use crate::api::mcm::{Machine, MachineClass};
 use crate::controllers::context::key_of;
 use crate::controllers::informer::Notice;
+use crate::controllers::safety::schedule_orphan_collections;
 use crate::convert::machine::to_hub;
 use crate::lifecycle::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::safety::{self, Claimant, Claims, Orphan, SafetyConfig};
@@ -51,10 +51,6 @@ pub(crate) struct Collector {
     pub stop: watch::Receiver<bool>,
 }
 
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|s| *s).await;
-}
-
 /// One class to list: the driver's view of it, where it lives, and its credentials.
 struct ListedClass {
     key: String,
@@ -65,28 +61,12 @@ struct ListedClass {
 
 impl Collector {
     /// Collects at start, every period, and on triggers.
-    pub(crate) async fn run(self: Arc<Self>, mut triggers: impl Stream<Item = String> + Send + Unpin) {
-        tokio::select! {
-            () = self.ctx.ready() => {}
-            () = stopped(self.stop.clone()) => return,
-        }
-        let mut reason = "start".to_string();
-        loop {
-            self.collect(&reason).await;
-            let last = Instant::now();
-            tokio::select! {
-                () = stopped(self.stop.clone()) => return,
-                () = tokio::time::sleep(self.config.orphan_period()) => reason = "period".to_string(),
-                Some(why) = triggers.next() => {
-                    tokio::select! {
-                        () = stopped(self.stop.clone()) => return,
-                        () = tokio::time::sleep_until(last + self.config.orphan_trigger_cooldown) => {}
-                    }
-                    while let Some(Some(_)) = triggers.next().now_or_never() {}
-                    reason = why;
-                }
-            }
-        }
+    pub(crate) async fn run(self: Arc<Self>, triggers: impl Stream<Item = String> + Send + Unpin) {
+        let collect = |reason: String| {
+            let this = self.clone();
+            async move { this.collect(&reason).await }
+        };
+        schedule_orphan_collections(self.ctx.ready(), &self.stop, &self.config, triggers, collect).await;
     }
 
     /// The classes MCMMachines use, each once.

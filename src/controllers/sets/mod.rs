@@ -27,17 +27,18 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::watch;
 
 use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
-use super::{ControllerOptions, hash_of, refs};
+use super::tasks::on_stop;
+use super::{ControllerOptions, hash_of, refs, scoped};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME, PRESERVE};
@@ -125,16 +126,6 @@ pub(crate) struct Started {
     pub informers: Vec<BoxFuture<'static, ()>>,
 }
 
-fn scoped<K>(client: Client, namespace: Option<&str>) -> Api<K>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    }
-}
-
 /// Starts the MachineSet and MachineDeployment controllers and the overshoot sweep. Subscribes to the machine
 /// side's Machine and Node informers, so call it before they run.
 pub(crate) fn start(
@@ -145,9 +136,9 @@ pub(crate) fn start(
     stop: watch::Receiver<bool>,
 ) -> Started {
     let ns = options.namespace.as_deref();
-    let mut sets: Informer<MachineSet> = Informer::new(scoped(base.control.clone(), ns), watcher::Config::default());
+    let mut sets: Informer<MachineSet> = Informer::new(scoped(&base.control, ns), watcher::Config::default());
     let mut deployments: Informer<MachineDeployment> =
-        Informer::new(scoped(base.control.clone(), ns), watcher::Config::default());
+        Informer::new(scoped(&base.control, ns), watcher::Config::default());
     let recorder =
         |name: &str| Recorder::new(base.control.clone(), Reporter { controller: name.to_string(), instance: None });
     let ctx = Arc::new(SetsContext {
@@ -162,12 +153,7 @@ pub(crate) fn start(
         base,
     });
 
-    let shutdown = move || {
-        let mut stop = stop.clone();
-        async move {
-            let _ = stop.wait_for(|s| *s).await;
-        }
-    };
+    let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
     let set_triggers = set_triggers(&mut sets, machines, nodes.as_deref_mut(), &ctx);

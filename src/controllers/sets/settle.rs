@@ -8,6 +8,7 @@
 //! is bounded: a watch that is down must not hold a worker forever, so after [`LIMIT`] the reconcile ends anyway
 //! and says so in the log.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use kube::Resource;
@@ -52,12 +53,20 @@ impl Entry {
     }
 }
 
-/// The writes of one reconcile, per kind.
-#[derive(Debug, Default)]
-pub(super) struct Written {
+/// The writes of one reconcile, per kind: Machines, MachineSets and MachineDeployments, of MCM's API (the
+/// default) or of CAPI's.
+#[derive(Debug)]
+pub(crate) struct Written<M = Machine, S = MachineSet, D = MachineDeployment> {
     machines: Vec<Entry>,
     sets: Vec<Entry>,
     deployments: Vec<Entry>,
+    kinds: PhantomData<(M, S, D)>,
+}
+
+impl<M, S, D> Default for Written<M, S, D> {
+    fn default() -> Self {
+        Written { machines: Vec::new(), sets: Vec::new(), deployments: Vec::new(), kinds: PhantomData }
+    }
 }
 
 pub(crate) fn entry<K: Resource>(object: &K, expect: Expect) -> Entry {
@@ -74,57 +83,56 @@ pub(crate) fn changed<K: Resource>(before: &K, after: &K) -> Option<Entry> {
     (after.meta().resource_version.as_ref() != Some(&old)).then(|| entry(before, Expect::ChangedFrom(old)))
 }
 
-impl Written {
+impl<M, S, D> Written<M, S, D>
+where
+    M: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+    S: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+    D: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+{
     /// A machine we created.
-    pub(super) fn machine_created(&mut self, created: &Machine) {
+    pub(crate) fn machine_created(&mut self, created: &M) {
         self.machines.push(entry(created, Expect::Exists));
     }
 
     /// A machine we deleted.
-    pub(super) fn machine_deleted(&mut self, machine: &Machine) {
+    pub(crate) fn machine_deleted(&mut self, machine: &M) {
         self.machines.push(entry(machine, Expect::Deleting));
     }
 
     /// A machine we changed from `before` to `after`.
-    pub(super) fn machine_changed(&mut self, before: &Machine, after: &Machine) {
+    pub(crate) fn machine_changed(&mut self, before: &M, after: &M) {
         self.machines.extend(changed(before, after));
     }
 
     /// A set we created.
-    pub(super) fn set_created(&mut self, created: &MachineSet) {
+    pub(crate) fn set_created(&mut self, created: &S) {
         self.sets.push(entry(created, Expect::Exists));
     }
 
     /// A set we deleted.
-    pub(super) fn set_deleted(&mut self, set: &MachineSet) {
+    pub(crate) fn set_deleted(&mut self, set: &S) {
         self.sets.push(entry(set, Expect::Deleting));
     }
 
     /// A set we changed from `before` to `after`.
-    pub(super) fn set_changed(&mut self, before: &MachineSet, after: &MachineSet) {
+    pub(crate) fn set_changed(&mut self, before: &S, after: &S) {
         self.sets.extend(changed(before, after));
     }
 
     /// A deployment we changed from `before` to `after`.
-    pub(super) fn deployment_changed(&mut self, before: &MachineDeployment, after: &MachineDeployment) {
+    pub(crate) fn deployment_changed(&mut self, before: &D, after: &D) {
         self.deployments.extend(changed(before, after));
     }
 
     /// Waits (at most [`LIMIT`]) until the stores show every write of the machines only, then forgets them:
     /// used before a step that must see its machine writes (the autoscaler's marks before a scale-down).
-    pub(super) async fn settle_machines(&mut self, machines: &Store<Machine>, what: &str) {
+    pub(crate) async fn settle_machines(&mut self, machines: &Store<M>, what: &str) {
         let pending = std::mem::take(&mut self.machines);
         wait(what, || pending.iter().all(|e| e.seen(machines))).await;
     }
 
     /// Waits (at most [`LIMIT`]) until the stores show every write.
-    pub(super) async fn settle(
-        self,
-        machines: &Store<Machine>,
-        sets: &Store<MachineSet>,
-        deployments: &Store<MachineDeployment>,
-        what: &str,
-    ) {
+    pub(crate) async fn settle(self, machines: &Store<M>, sets: &Store<S>, deployments: &Store<D>, what: &str) {
         if self.machines.is_empty() && self.sets.is_empty() && self.deployments.is_empty() {
             return;
         }
