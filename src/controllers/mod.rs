@@ -60,7 +60,7 @@ pub use sets::SetOptions;
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::informer::{Changed, Informer, Notice};
 use self::safety::{FreezeFlag, Safety};
-use self::tasks::{Tasks, on_stop};
+use self::tasks::{Tasks, controller, on_stop};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 use crate::lifecycle::safety::SafetyConfig;
@@ -222,45 +222,39 @@ impl Controllers {
                 _ => None,
             })
         });
-        let termination_controller =
-            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
-                .reconcile_on(deleting)
-                .with_config(config.clone())
-                .graceful_shutdown_on(shutdown())
-                .run(
-                    metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
-                    termination::error_policy,
-                    ctx.clone(),
-                )
-                .for_each(|_| futures::future::ready(()));
+        let termination_controller = controller(
+            ctx.machines.clone(),
+            deleting,
+            config.clone(),
+            shutdown(),
+            metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
+            termination::error_policy,
+            ctx.clone(),
+        );
 
         // MachineClass controller: classes, and machines starting or ceasing to use one.
         let class_triggers = class_triggers(&mut classes, &mut machines);
-        let class_controller =
-            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.classes.clone())
-                .reconcile_on(class_triggers)
-                .with_config(config.clone())
-                .graceful_shutdown_on(shutdown())
-                .run(
-                    metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
-                    machine_class::error_policy,
-                    ctx.clone(),
-                )
-                .for_each(|_| futures::future::ready(()));
+        let class_controller = controller(
+            ctx.classes.clone(),
+            class_triggers,
+            config.clone(),
+            shutdown(),
+            metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
+            machine_class::error_policy,
+            ctx.clone(),
+        );
 
         // Secret controller: secrets, and the secrets classes reference (before and after a change).
         let secret_triggers = secret_triggers(&mut secrets, &mut classes);
-        let secret_controller =
-            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.secrets.clone())
-                .reconcile_on(secret_triggers)
-                .with_config(config)
-                .graceful_shutdown_on(shutdown())
-                .run(
-                    metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
-                    machine_class::error_policy,
-                    ctx.clone(),
-                )
-                .for_each(|_| futures::future::ready(()));
+        let secret_controller = controller(
+            ctx.secrets.clone(),
+            secret_triggers,
+            config,
+            shutdown(),
+            metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
+            machine_class::error_policy,
+            ctx.clone(),
+        );
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
         let capi_started = options.capi_core.then(|| {

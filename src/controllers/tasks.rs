@@ -3,8 +3,17 @@
 //! at once), or a drop (cancelled). Shared by the machine side ([`super::Controllers`]) and the infrastructure
 //! provider ([`super::InfraControllers`]).
 
+use std::fmt::Debug;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+
+use futures::{Stream, StreamExt, TryFuture, stream};
+use kube::Resource;
+use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{Controller, watcher};
+use serde::de::DeserializeOwned;
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -65,4 +74,28 @@ impl Drop for Tasks {
     fn drop(&mut self) {
         self.abort_all();
     }
+}
+
+/// A controller over a store whose watch runs elsewhere (one shared [`super::informer::Informer`]), woken only by
+/// `triggers`, taking no new work once `stop` resolves; the future drives it to its end.
+pub(crate) fn controller<K, Fut, Ctx>(
+    store: Store<K>,
+    triggers: impl Stream<Item = ObjectRef<K>> + Send + 'static,
+    config: ControllerConfig,
+    stop: impl Future<Output = ()> + Send + Sync + 'static,
+    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    error_policy: impl Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
+    ctx: Arc<Ctx>,
+) -> impl Future<Output = ()>
+where
+    K: Clone + Resource<DynamicType = ()> + DeserializeOwned + Debug + Send + Sync + 'static,
+    Fut: TryFuture<Ok = Action> + Send + 'static,
+    Fut::Error: std::error::Error + Send + 'static,
+{
+    Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), store)
+        .reconcile_on(triggers)
+        .with_config(config)
+        .graceful_shutdown_on(stop)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
 }

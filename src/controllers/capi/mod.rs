@@ -26,7 +26,6 @@ use std::sync::{Arc, Mutex};
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -38,7 +37,7 @@ use tokio::task::JoinHandle;
 use super::context::{RetryBook, lock};
 use super::informer::{Informer, Notice};
 use super::sets::SetOptions;
-use super::tasks::on_stop;
+use super::tasks::{controller, on_stop};
 use super::{ControllerOptions, refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
@@ -208,49 +207,48 @@ pub(crate) fn start(
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
     let set_triggers = set_triggers(&mut sets, &mut machines, &ctx);
-    let set_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.sets.clone())
-        .reconcile_on(set_triggers)
-        .with_config(config.clone())
-        .graceful_shutdown_on(shutdown())
-        .run(
-            super::metrics::timed(&options.metrics, "capi-machineset", machine_set::reconcile),
-            machine_set::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+    let set_controller = controller(
+        ctx.sets.clone(),
+        set_triggers,
+        config.clone(),
+        shutdown(),
+        super::metrics::timed(&options.metrics, "capi-machineset", machine_set::reconcile),
+        machine_set::error_policy,
+        ctx.clone(),
+    );
 
     let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, &mut machines, &ctx);
-    let deployment_controller =
-        Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.deployments.clone())
-            .reconcile_on(deployment_triggers)
-            .with_config(config.clone())
-            .graceful_shutdown_on(shutdown())
-            .run(
-                super::metrics::timed(&options.metrics, "capi-machinedeployment", machine_deployment::reconcile),
-                machine_deployment::error_policy,
-                ctx.clone(),
-            )
-            .for_each(|_| futures::future::ready(()));
+    let deployment_controller = controller(
+        ctx.deployments.clone(),
+        deployment_triggers,
+        config.clone(),
+        shutdown(),
+        super::metrics::timed(&options.metrics, "capi-machinedeployment", machine_deployment::reconcile),
+        machine_deployment::error_policy,
+        ctx.clone(),
+    );
 
     let machine_triggers = machine_triggers(&mut machines, &mut infra, node_notices, &ctx);
-    let machine_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
-        .reconcile_on(machine_triggers)
-        .with_config(config.clone())
-        .graceful_shutdown_on(shutdown())
-        .run(
-            super::metrics::timed(&options.metrics, "capi-machine", machine::reconcile),
-            machine::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+    let machine_controller = controller(
+        ctx.machines.clone(),
+        machine_triggers,
+        config.clone(),
+        shutdown(),
+        super::metrics::timed(&options.metrics, "capi-machine", machine::reconcile),
+        machine::error_policy,
+        ctx.clone(),
+    );
 
     let cluster_triggers = cluster_triggers(&mut clusters, &mut infra_clusters, &ctx);
-    let cluster_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.clusters.clone())
-        .reconcile_on(cluster_triggers)
-        .with_config(config)
-        .graceful_shutdown_on(shutdown())
-        .run(cluster::reconcile, cluster::error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+    let cluster_controller = controller(
+        ctx.clusters.clone(),
+        cluster_triggers,
+        config,
+        shutdown(),
+        cluster::reconcile,
+        cluster::error_policy,
+        ctx.clone(),
+    );
 
     let guard = ctx.clone();
     let controllers = async move {

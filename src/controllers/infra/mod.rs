@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Secret;
-use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -32,7 +31,7 @@ use tokio::sync::watch;
 
 use super::context::{RetryBook, key_of};
 use super::informer::{Informer, Notice};
-use super::tasks::{Tasks, on_stop};
+use super::tasks::{Tasks, controller, on_stop};
 use super::{refs, scoped};
 use crate::api::capi;
 use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
@@ -177,17 +176,15 @@ impl InfraControllers {
             ctx.owners.clone(),
         );
         let orphan_notices = machines.subscribe();
-        let machine_controller =
-            Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.machines.clone())
-                .reconcile_on(machine_triggers)
-                .with_config(ControllerConfig::default().concurrency(options.machine_concurrency.max(1)))
-                .graceful_shutdown_on(shutdown())
-                .run(
-                    super::metrics::timed(&options.metrics, "mcmmachine", machine::reconcile),
-                    machine::error_policy,
-                    ctx.clone(),
-                )
-                .for_each(|_| futures::future::ready(()));
+        let machine_controller = controller(
+            ctx.machines.clone(),
+            machine_triggers,
+            ControllerConfig::default().concurrency(options.machine_concurrency.max(1)),
+            shutdown(),
+            super::metrics::timed(&options.metrics, "mcmmachine", machine::reconcile),
+            machine::error_policy,
+            ctx.clone(),
+        );
 
         let cluster_store = infra_clusters.store();
         let cluster_ctx = Arc::new(cluster::ClusterContext {
@@ -198,16 +195,15 @@ impl InfraControllers {
             resync: options.machine.resync,
         });
         let cluster_triggers = cluster_triggers(&mut infra_clusters, &mut clusters, cluster_store.clone());
-        let cluster_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), cluster_store)
-            .reconcile_on(cluster_triggers)
-            .with_config(ControllerConfig::default().concurrency(options.cluster_concurrency.max(1)))
-            .graceful_shutdown_on(shutdown())
-            .run(
-                super::metrics::timed(&options.metrics, "mcmcluster", cluster::reconcile),
-                cluster::error_policy,
-                cluster_ctx,
-            )
-            .for_each(|_| futures::future::ready(()));
+        let cluster_controller = controller(
+            cluster_store,
+            cluster_triggers,
+            ControllerConfig::default().concurrency(options.cluster_concurrency.max(1)),
+            shutdown(),
+            super::metrics::timed(&options.metrics, "mcmcluster", cluster::reconcile),
+            cluster::error_policy,
+            cluster_ctx,
+        );
 
         let template_store = templates.store();
         let template_ctx = Arc::new(template::TemplateContext {
@@ -218,16 +214,15 @@ impl InfraControllers {
             resync: options.machine.resync,
         });
         let template_triggers = template_triggers(&mut templates, &mut classes, template_store.clone());
-        let template_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), template_store)
-            .reconcile_on(template_triggers)
-            .with_config(ControllerConfig::default().concurrency(options.template_concurrency.max(1)))
-            .graceful_shutdown_on(shutdown())
-            .run(
-                super::metrics::timed(&options.metrics, "mcmmachinetemplate", template::reconcile),
-                template::error_policy,
-                template_ctx,
-            )
-            .for_each(|_| futures::future::ready(()));
+        let template_controller = controller(
+            template_store,
+            template_triggers,
+            ControllerConfig::default().concurrency(options.template_concurrency.max(1)),
+            shutdown(),
+            super::metrics::timed(&options.metrics, "mcmmachinetemplate", template::reconcile),
+            template::error_policy,
+            template_ctx,
+        );
 
         let collector = Arc::new(orphans::Collector {
             ctx: ctx.clone(),

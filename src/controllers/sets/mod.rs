@@ -28,7 +28,6 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -37,7 +36,7 @@ use tokio::sync::watch;
 
 use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
-use super::tasks::on_stop;
+use super::tasks::{controller, on_stop};
 use super::{ControllerOptions, hash_of, refs, scoped};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 use crate::lifecycle::claim::controller_of;
@@ -157,29 +156,26 @@ pub(crate) fn start(
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
     let set_triggers = set_triggers(&mut sets, machines, nodes.as_deref_mut(), &ctx);
-    let set_controller = Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.sets.clone())
-        .reconcile_on(set_triggers)
-        .with_config(config.clone())
-        .graceful_shutdown_on(shutdown())
-        .run(
-            super::metrics::timed(&options.metrics, "machineset", machine_set::reconcile),
-            machine_set::error_policy,
-            ctx.clone(),
-        )
-        .for_each(|_| futures::future::ready(()));
+    let set_controller = controller(
+        ctx.sets.clone(),
+        set_triggers,
+        config.clone(),
+        shutdown(),
+        super::metrics::timed(&options.metrics, "machineset", machine_set::reconcile),
+        machine_set::error_policy,
+        ctx.clone(),
+    );
 
     let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, machines, nodes, &ctx);
-    let deployment_controller =
-        Controller::for_stream(stream::empty::<Result<_, watcher::Error>>(), ctx.deployments.clone())
-            .reconcile_on(deployment_triggers)
-            .with_config(config)
-            .graceful_shutdown_on(shutdown())
-            .run(
-                super::metrics::timed(&options.metrics, "machinedeployment", machine_deployment::reconcile),
-                machine_deployment::error_policy,
-                ctx.clone(),
-            )
-            .for_each(|_| futures::future::ready(()));
+    let deployment_controller = controller(
+        ctx.deployments.clone(),
+        deployment_triggers,
+        config,
+        shutdown(),
+        super::metrics::timed(&options.metrics, "machinedeployment", machine_deployment::reconcile),
+        machine_deployment::error_policy,
+        ctx.clone(),
+    );
 
     let sweep = overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
 
