@@ -334,9 +334,12 @@ async fn create_flow(
     {
         spec.insert("failureDomain".into(), json!(fd));
     }
-    if !spec.is_empty() {
-        writes::merge(api, obj, &json!({ "spec": spec }), "record the VM on").await?;
-    }
+    // The spec write bumps the generation: the conditions below must observe the new one.
+    let recorded = match spec.is_empty() {
+        true => None,
+        false => Some(writes::merge(api, obj, &json!({ "spec": spec }), "record the VM on").await?),
+    };
+    let obj = recorded.as_ref().unwrap_or(obj);
     if vm.initialize {
         request.machine.provider_id = Some(vm.provider_id.clone());
         match driver.initialize_machine(&request).await {

@@ -183,10 +183,15 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
         let key = (group.clone(), resource.clone(), verb.clone());
         assert!(allowed.contains(&key), "{count} {verb} of {group}/{resource}, which config/rbac does not allow");
     }
-    let metrics = run.scrape().await;
+    // The reconcile that provisioned m1 records its duration only once it returns, after the status write.
+    let reconciled = r#"mcm_controller_reconcile_duration_seconds_count{controller="mcmmachine"}"#;
+    let metrics = wait_until("a recorded mcmmachine reconcile", WAIT, || async {
+        let metrics = run.scrape().await;
+        (metrics.get(reconciled) > 0.0).then_some(metrics)
+    })
+    .await;
     assert_eq!(metrics.get("mcm_leader_election_master_status"), 1.0);
     assert_eq!(metrics.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#]), 1.0);
-    assert!(metrics.get(r#"mcm_controller_reconcile_duration_seconds_count{controller="mcmmachine"}"#) > 0.0);
     assert!(!metrics.0.keys().any(|k| k.starts_with("mcm_machine_items")), "no machine.sapcloud.io gauges");
 
     run.signal("TERM");
