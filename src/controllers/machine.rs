@@ -260,7 +260,9 @@ async fn mark_failed(
     }
     write_status(ctx, api, machine, patch).await?;
     let key = ObjectRef::from_obj(machine);
-    for _ in 0..50 {
+    // Hold the permit until our own store shows the write (bounded: a slow watch must not block the deployment's
+    // other machines for long), so the next machine of the deployment counts this one as being replaced.
+    for _ in 0..250 {
         let seen = ctx.machines.get(&key);
         if seen.is_none_or(|m| status::phase(&m) != Some(&crate::api::mcm::MachinePhase::Unknown)) {
             break;

@@ -291,7 +291,8 @@ async fn a_deadline_during_the_reattach_wait_is_only_a_warning() {
     };
     let started = Instant::now();
     let outcome = drain(&client, Some(&driver), &options).await.unwrap();
-    assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+    // Bounded by the 1 s drain timeout, not the 60 s reattach wait (the margin is for a loaded machine).
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     assert_eq!(outcome.evicted, ["default/db-0"]);
     assert!(outcome.warnings.iter().any(|w| w.contains("deadline passed after every pod had left")), "{outcome:?}");
 }
@@ -324,7 +325,7 @@ async fn the_timeout_is_a_hard_deadline() {
     let started = Instant::now();
     let err = drain(&client, None, &options).await.unwrap_err();
     let took = started.elapsed();
-    assert!(took >= Duration::from_secs(1) && took < Duration::from_millis(1500), "took {took:?}");
+    assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(4), "took {took:?}");
     assert!(matches!(err, DrainError::Timeout { pending: 1, .. }), "{err:?}");
     assert!(err.to_string().contains("n1"), "{err}");
 }
@@ -339,7 +340,8 @@ async fn a_hanging_api_server_does_not_stretch_the_deadline() {
     let options = DrainOptions { timeout: Duration::from_secs(1), ..options("n1") };
     let started = Instant::now();
     let err = drain(&client, None, &options).await.unwrap_err();
-    assert!(started.elapsed() < Duration::from_millis(1500), "took {:?}", started.elapsed());
+    // 1 s, not the 60 s each eviction hangs.
+    assert!(started.elapsed() < Duration::from_secs(4), "took {:?}", started.elapsed());
     assert!(matches!(err, DrainError::Timeout { pending: 1, .. }), "{err:?}");
 }
 
@@ -359,7 +361,7 @@ async fn a_forced_drain_deletes_everything_at_once() {
     let started = Instant::now();
     let outcome = drain(&client, Some(&driver), &DrainOptions { force: true, ..options("n1") }).await.unwrap();
 
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     assert_eq!(sorted(outcome.deleted), ["default/a", "default/b"]);
     assert_eq!(outcome.skipped, ["default/agent-x"]);
     assert!(outcome.evicted.is_empty());

@@ -13,8 +13,8 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
         LeaseManagerBuilder::new(client.clone(), "mcm-leader")
             .with_namespace("kube-system")
             .with_identity(identity)
-            .with_duration(3)
-            .with_grace(1)
+            .with_duration(6)
+            .with_grace(3)
             .build()
     };
     let (a_leads, a_task) = contender("a").await.unwrap().watch().await;
@@ -31,7 +31,7 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     .await;
 
     // Through several renewals, never two leaders and never a change of leader.
-    let until = tokio::time::Instant::now() + Duration::from_secs(4);
+    let until = tokio::time::Instant::now() + Duration::from_secs(7);
     while tokio::time::Instant::now() < until {
         let now = (*a_leads.borrow(), *b_leads.borrow());
         assert_eq!(now, (leader == "a", leader == "b"), "leadership stays put while the leader renews");
@@ -41,6 +41,6 @@ async fn one_leader_at_a_time_and_a_standby_takes_over() {
     // The leader dies without releasing: the standby takes over once the lease expires.
     let (dead, survivor) = if leader == "a" { (a_task, &b_leads) } else { (b_task, &a_leads) };
     dead.abort();
-    wait_until("the standby to take over", Duration::from_secs(20), || async { (*survivor.borrow()).then_some(()) })
+    wait_until("the standby to take over", Duration::from_secs(40), || async { (*survivor.borrow()).then_some(()) })
         .await;
 }

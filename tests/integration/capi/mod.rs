@@ -182,6 +182,12 @@ pub async fn wait_running(capi: &Capi, name: &str, n: usize) -> Vec<Machine> {
                 running(m)
                     && m.spec.provider_id.is_some()
                     && m.status.as_ref().and_then(|s| s.node_ref.as_ref()).is_some()
+                    // Phase, provisioned and Ready can land in different writes: wait for all of them.
+                    && m.status.as_ref().and_then(|s| s.initialization.as_ref()?.infrastructure_provisioned)
+                        == Some(true)
+                    && m.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                        c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                    })
             });
         (all && ready == i32::try_from(n).ok()?).then_some(machines)
     })

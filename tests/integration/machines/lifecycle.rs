@@ -122,6 +122,16 @@ async fn a_reconcile_that_changes_nothing_writes_nothing() {
     env.class("small", json!({})).await;
     env.machine("quiet", "small").await;
     env.wait_phase("quiet", MachinePhase::Running, WAIT).await;
+    // The join's known last effects first (the join annotation, the token gone, the Node synced), then a settle.
+    wait_until("the join to finish", WAIT, || async {
+        let m = env.machines().get("quiet").await.ok()?;
+        m.metadata.annotations.as_ref()?.get(JOIN_DURATION_ANNOTATION)?;
+        let tokens: Api<Secret> = Api::namespaced(env.client(), "kube-system");
+        tokens.get_opt(&token_secret_name(&token_id("quiet"))).await.ok()?.is_none().then_some(())?;
+        let node = env.nodes().get("quiet").await.ok()?;
+        (node.metadata.labels.as_ref()?.get(MACHINE_NAME_LABEL).map(String::as_str) == Some("quiet")).then_some(())
+    })
+    .await;
     let faults = env.dev.server.faults();
     let counted = ["machines", "machines/status", "machineclasses", "secrets", "nodes"];
     let writes = || {

@@ -130,15 +130,19 @@ async fn a_vm_whose_machine_the_cache_has_not_seen_is_kept() {
     server.faults().add_latency(Selector::new(Some(Verb::Watch), Some("machines")), Duration::from_secs(60));
     server.close_watches();
 
-    let id = vm_behind_the_back(&env, "hidden", "test").await;
+    // The Machine before its VM: a collection between the two would rightly take the VM for an orphan.
+    // Without a phase it claims a VM of its name; then it records the providerID as a create would.
     let machine: Machine = serde_json::from_value(json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1",
         "kind": "Machine",
         "metadata": {"name": "hidden"},
-        "spec": {"class": {"kind": "MachineClass", "name": "small"}, "providerID": id},
+        "spec": {"class": {"kind": "MachineClass", "name": "small"}},
     }))
     .unwrap();
     env.machines().create(&PostParams::default(), &machine).await.unwrap();
+    let id = vm_behind_the_back(&env, "hidden", "test").await;
+    let spec = json!({"spec": {"providerID": id}});
+    env.machines().patch("hidden", &PatchParams::default(), &Patch::Merge(&spec)).await.unwrap();
     let status = json!({"status": {"currentStatus": {"phase": "Running"}}});
     env.machines().patch_status("hidden", &PatchParams::default(), &Patch::Merge(&status)).await.unwrap();
 

@@ -73,7 +73,7 @@ async fn metrics_follow_a_scale_up_and_match_the_clouds_counters() {
     env.wait_running(2, WAIT).await;
     let m = wait_until("the drain and the deletion in the metrics", WAIT, || async {
         let m = run.scrape().await;
-        (m.sum("mcm_machine_delete_duration_seconds_count", &[]) == 1.0).then_some(m)
+        (m.sum("mcm_machine_delete_duration_seconds_count", &[]) == 1.0 && m.phase("Running") == 2.0).then_some(m)
     })
     .await;
     assert_eq!(m.sum("mcm_machine_drain_duration_seconds_count", &[r#"namespace="machines""#]), 1.0, "{m:?}");

@@ -100,6 +100,8 @@ pub struct McmRun {
     pub name: String,
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The task copying stdout into `lines`; `wait_exit` lets it reach the end of the pipe.
+    reader: Option<tokio::task::JoinHandle<()>>,
     stderr: PathBuf,
 }
 
@@ -124,13 +126,13 @@ impl McmRun {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let out = child.stdout.take().unwrap();
         let sink = lines.clone();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut reader = BufReader::new(out).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 sink.lock().unwrap().push(line);
             }
         });
-        McmRun { name: name.to_string(), child, lines, stderr }
+        McmRun { name: name.to_string(), child, lines, reader: Some(reader), stderr }
     }
 
     /// The stdout lines so far.
@@ -194,10 +196,15 @@ impl McmRun {
 
     /// Waits for it to exit; returns whether it exited successfully.
     pub async fn wait_exit(&mut self, timeout: Duration) -> bool {
-        match tokio::time::timeout(timeout, self.child.wait()).await {
+        let success = match tokio::time::timeout(timeout, self.child.wait()).await {
             Ok(status) => status.unwrap().success(),
             Err(_) => panic!("{} did not exit within {timeout:?}; stderr:\n{}", self.name, self.logs()),
+        };
+        // Its last lines may still be in the pipe: read to the end before anyone looks at them.
+        if let Some(reader) = self.reader.take() {
+            let _ = tokio::time::timeout(timeout, reader).await;
         }
+        success
     }
 }
 
