@@ -64,6 +64,9 @@ pub struct ClusterObservation<'a> {
 pub struct ClusterPlan {
     /// The owner reference to add to the MCMCluster (it has no controller yet).
     pub own_infra: Option<OwnerReference>,
+    /// The `cluster.x-k8s.io/cluster-name` label to put on the MCMCluster (missing or different), as core does
+    /// for the objects a Cluster references; `kubectl get mcmclusters` shows it.
+    pub label_infra: Option<String>,
     /// `spec.controlPlaneEndpoint` to set (the Cluster has none; the MCMCluster has one).
     pub control_plane_endpoint: Option<ApiEndpoint>,
     /// The status the Cluster should have.
@@ -186,7 +189,12 @@ pub fn plan_cluster(obs: &ClusterObservation<'_>) -> ClusterPlan {
     let control_plane_endpoint = infra
         .and_then(|i| i.spec.control_plane_endpoint.clone())
         .filter(|e| endpoint_set(Some(e)) && !endpoint_set(cluster.spec.control_plane_endpoint.as_ref()));
-    ClusterPlan { own_infra, control_plane_endpoint, status }
+    let name = cluster.metadata.name.clone().unwrap_or_default();
+    let label_infra = infra
+        .filter(|i| i.metadata.deletion_timestamp.is_none() && !name.is_empty())
+        .filter(|i| i.labels().get(capi::CLUSTER_NAME_LABEL) != Some(&name))
+        .map(|_| name);
+    ClusterPlan { own_infra, label_infra, control_plane_endpoint, status }
 }
 
 #[cfg(test)]

@@ -43,6 +43,22 @@ pub struct MachineObservation<'a> {
     pub creation_timeout: Duration,
     /// MCM's health timeout for this machine (`None`: disabled).
     pub health_timeout: Option<Duration>,
+    /// Whether its MachineSet's template is its MachineDeployment's ([`machine_set_up_to_date`]); `None` leaves
+    /// the `UpToDate` condition alone (a machine no MachineSet controls, or owners not seen yet).
+    pub up_to_date: Option<bool>,
+}
+
+/// CAPI's `UpToDate` for the machines of a MachineSet: the owner is authoritative, and a MachineSet's machines are
+/// up to date when its template is the MachineDeployment's, compared as the rollout compares them (the hub's
+/// `equal_ignore_hash`, so what propagates in place does not make a machine outdated).
+pub fn machine_set_up_to_date(deployment: &capi::MachineDeployment, set: &capi::MachineSet) -> bool {
+    let mut defaulted = deployment.clone();
+    crate::convert::apply_capi_deployment_defaults(&mut defaulted);
+    let hub_deployment = crate::convert::deployment_from_capi(&defaulted);
+    let hub_set = crate::convert::machine_set_from_capi(set);
+    hub_set.spec.template.as_ref().is_some_and(|t| {
+        crate::lifecycle::machine_deployment::template::equal_ignore_hash(t, &hub_deployment.spec.template)
+    })
 }
 
 /// What to write.
@@ -229,6 +245,18 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         now,
     ));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
+    match obs.up_to_date {
+        Some(true) => conditions.push(condition(&old_conditions, "UpToDate", true, "UpToDate", "", now)),
+        Some(false) => conditions.push(condition(
+            &old_conditions,
+            "UpToDate",
+            false,
+            "NotUpToDate",
+            "* its MachineSet's template is not the MachineDeployment's",
+            now,
+        )),
+        None => {}
+    }
     let mut all = old_conditions;
     merge_conditions(&mut all, conditions);
 
@@ -477,6 +505,7 @@ mod tests {
                 now: t(now),
                 creation_timeout: ten_min,
                 health_timeout: Some(ten_min),
+                up_to_date: None,
             });
             assert_eq!(plan.status.phase.as_deref(), Some(expected), "{name}");
             assert_eq!(plan.provider_id.as_deref(), provider_id, "{name}");
@@ -504,6 +533,7 @@ mod tests {
                 now: t(now),
                 creation_timeout: Duration::from_secs(600),
                 health_timeout: None,
+                up_to_date: Some(true),
             })
         };
         let first = obs(&m, 5);
@@ -511,6 +541,77 @@ mod tests {
         m2.status = Some(first.status.clone());
         let second = obs(&m2, 50);
         assert_eq!(first.status, second.status, "nothing changed: nothing to write");
+    }
+
+    fn template(class: &str, labels: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "metadata": {"labels": labels},
+            "spec": {
+                "clusterName": "c1",
+                "bootstrap": {"dataSecretName": "boot"},
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MCMMachineTemplate", "name": class},
+            },
+        })
+    }
+
+    fn deployment(template: serde_json::Value) -> capi::MachineDeployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": {"name": "pool", "namespace": "default"},
+            "spec": {"clusterName": "c1", "replicas": 1, "selector": {"matchLabels": {"pool": "a"}}, "template": template},
+        }))
+        .unwrap()
+    }
+
+    fn set(template: serde_json::Value) -> capi::MachineSet {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
+            "metadata": {"name": "pool-x", "namespace": "default"},
+            "spec": {"clusterName": "c1", "replicas": 1, "selector": {"matchLabels": {"pool": "a"}}, "template": template},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn machines_are_up_to_date_while_their_set_has_the_deployments_template() {
+        let labels = serde_json::json!({"pool": "a"});
+        let current = deployment(template("small", labels.clone()));
+        assert!(machine_set_up_to_date(&current, &set(template("small", labels.clone()))));
+        // The hash label the deployment adds to its sets does not count.
+        let hashed = serde_json::json!({"pool": "a", "machine-template-hash": "123"});
+        assert!(machine_set_up_to_date(&current, &set(template("small", hashed))));
+        // Another infrastructure template or other template labels roll: the old set's machines are outdated.
+        assert!(!machine_set_up_to_date(&current, &set(template("large", labels.clone()))));
+        let relabelled = serde_json::json!({"pool": "a", "tier": "x"});
+        assert!(!machine_set_up_to_date(&current, &set(template("small", relabelled))));
+    }
+
+    #[test]
+    fn the_up_to_date_condition_follows_the_observation() {
+        let m = machine(true, &[]);
+        let (n, i) = (node(true, 10), infra(true, false));
+        let plan = |up_to_date| {
+            plan_machine(&MachineObservation {
+                machine: &m,
+                infra: Some(&i),
+                node: Some(&n),
+                now: t(20),
+                creation_timeout: Duration::from_secs(600),
+                health_timeout: None,
+                up_to_date,
+            })
+        };
+        let up_to_date = |p: &MachinePlan| {
+            p.status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == "UpToDate")
+                .map(|c| (c.status.clone(), c.reason.clone()))
+        };
+        assert_eq!(up_to_date(&plan(Some(true))), Some(("True".into(), "UpToDate".into())));
+        assert_eq!(up_to_date(&plan(Some(false))), Some(("False".into(), "NotUpToDate".into())));
+        assert_eq!(up_to_date(&plan(None)), None, "no owner seen: left alone");
     }
 
     #[test]

@@ -29,17 +29,23 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
     let infra = infra_name(&c).and_then(|name| ctx.infra_clusters.get(&ObjectRef::new(name).within(&namespace)));
     let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });
     let api: Api<Cluster> = Api::namespaced(ctx.control.clone(), &namespace);
-    if let (Some(owner), Some(infra)) = (&plan.own_infra, &infra) {
+    if let Some(infra) = &infra
+        && (plan.own_infra.is_some() || plan.label_infra.is_some())
+    {
         let infra_api: Api<MCMCluster> = Api::namespaced(ctx.control.clone(), &namespace);
-        let mut owners = infra.owner_references().to_vec();
-        owners.push(owner.clone());
-        // The resourceVersion makes a concurrent change fail (and retry) instead of losing an owner.
-        let patch = json!({"metadata": {
-            "ownerReferences": owners,
-            "resourceVersion": infra.resource_version(),
-        }});
-        writes::merge(&infra_api, &**infra, &patch, "set the owning Cluster of").await?;
-        tracing::info!(cluster = %key_of(&*c), "owns its MCMCluster");
+        let mut metadata = serde_json::Map::new();
+        if let Some(owner) = &plan.own_infra {
+            let mut owners = infra.owner_references().to_vec();
+            owners.push(owner.clone());
+            metadata.insert("ownerReferences".into(), json!(owners));
+            // The resourceVersion makes a concurrent change fail (and retry) instead of losing an owner.
+            metadata.insert("resourceVersion".into(), json!(infra.resource_version()));
+        }
+        if let Some(name) = &plan.label_infra {
+            metadata.insert("labels".into(), json!({ crate::api::capi::CLUSTER_NAME_LABEL: name }));
+        }
+        writes::merge(&infra_api, &**infra, &json!({ "metadata": metadata }), "own and label").await?;
+        tracing::info!(cluster = %key_of(&*c), "owns and labels its MCMCluster");
     }
     if let Some(endpoint) = &plan.control_plane_endpoint {
         writes::merge(&api, &*c, &json!({"spec": {"controlPlaneEndpoint": endpoint}}), "set the endpoint of").await?;

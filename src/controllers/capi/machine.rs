@@ -76,6 +76,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         now: Timestamp::now(),
         creation_timeout,
         health_timeout,
+        up_to_date: ctx.up_to_date(&m),
     });
     if let Some(provider_id) = &plan.provider_id {
         writes::merge(&api, &*m, &json!({"spec": {"providerID": provider_id}}), "set the providerID of").await?;

@@ -189,7 +189,10 @@ async fn run(
 
     let hub_status = machine_set_status(&hub, &view(&machines), failure.as_ref(), now);
     let old = set.status.clone().unwrap_or_default();
-    let new = capi_status(&old, &set, &hub_status);
+    let mut new = capi_status(&old, &set, &hub_status);
+    // CAPI counts the machines whose `UpToDate` (set by the Machine controller from the owners) is True.
+    let up_to_date = machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none() && is_up_to_date(m)).count();
+    new.up_to_date_replicas = Some(i32::try_from(up_to_date).unwrap_or(i32::MAX));
     if let Some(patch) = status_patch(&old, &new) {
         let updated = sets
             .patch_status(&set.name_any(), &params(), &Patch::Merge(&patch))
@@ -198,6 +201,11 @@ async fn run(
         written.set_changed(&set, &updated);
     }
     Ok(failure.is_some())
+}
+
+fn is_up_to_date(m: &Machine) -> bool {
+    let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "UpToDate" && c.status == "True"))
 }
 
 /// The CAPI status from the hub's: counts and MCM's conditions converted, CAPI's own conditions kept.

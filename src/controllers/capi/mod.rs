@@ -114,6 +114,18 @@ impl CapiContext {
             .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
     }
 
+    /// CAPI's `UpToDate` for a machine, from its MachineSet and that set's MachineDeployment in the stores: true
+    /// for a set no deployment controls; `None` for a machine no set controls, or owners not seen yet.
+    fn up_to_date(&self, m: &Machine) -> Option<bool> {
+        let (ns, set) = controller_named(&m.metadata, "MachineSet")?;
+        let set = self.sets.get(&ObjectRef::new(&set).within(&ns))?;
+        let Some((ns, deployment)) = controller_named(&set.metadata, "MachineDeployment") else {
+            return Some(true);
+        };
+        let deployment = self.deployments.get(&ObjectRef::new(&deployment).within(&ns))?;
+        Some(crate::lifecycle::capi_machine::machine_set_up_to_date(&deployment, &set))
+    }
+
     fn infra_of(&self, m: &Machine) -> Option<Arc<MCMMachine>> {
         let r = &m.spec.infrastructure_ref;
         if r.kind != "MCMMachine" {
@@ -228,7 +240,7 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
-    let machine_triggers = machine_triggers(&mut machines, &mut infra, node_notices, &ctx);
+    let machine_triggers = machine_triggers(&mut machines, &mut infra, &mut deployments, node_notices, &ctx);
     let machine_controller = controller(
         ctx.machines.clone(),
         machine_triggers,
@@ -388,6 +400,7 @@ fn cluster_triggers(
 fn machine_triggers(
     machines: &mut Informer<Machine>,
     infra: &mut Informer<MCMMachine>,
+    deployments: &mut Informer<MachineDeployment>,
     nodes: Option<tokio::sync::mpsc::UnboundedReceiver<Notice<Node>>>,
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<Machine>> + Send + 'static {
@@ -407,7 +420,45 @@ fn machine_triggers(
             .unwrap_or_else(|| i.name_any());
         Some(ObjectRef::new(&owner).within(&ns))
     });
-    let mut all = vec![own.boxed(), by_infra.boxed()];
+    // A new deployment generation (a template change or a rollback) can change every machine's `UpToDate`;
+    // its status writes cannot, so only generation changes fan out to the machines.
+    let c = ctx.clone();
+    let mut generations: HashMap<ObjectRef<MachineDeployment>, Option<i64>> = HashMap::new();
+    let by_deployment = refs(deployments.subscribe(), move |n: Notice<MachineDeployment>| {
+        let d = &**n.object();
+        let key = ObjectRef::from_obj(d);
+        let changed = match &n {
+            Notice::Applied(_) => generations.insert(key, d.metadata.generation) != Some(d.metadata.generation),
+            Notice::Deleted(_) => {
+                generations.remove(&key);
+                false
+            }
+        };
+        if !changed {
+            return Vec::new();
+        }
+        let uid = d.uid();
+        let sets: Vec<String> = c
+            .sets
+            .state()
+            .iter()
+            .filter(|s| {
+                s.namespace() == d.namespace()
+                    && controller_of(&s.metadata).is_some_and(|r| Some(&r.uid) == uid.as_ref())
+            })
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        c.machines
+            .state()
+            .iter()
+            .filter(|m| {
+                controller_named(&m.metadata, "MachineSet")
+                    .is_some_and(|(ns, set)| Some(&ns) == d.namespace().as_ref() && sets.contains(&set))
+            })
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect()
+    });
+    let mut all = vec![own.boxed(), by_infra.boxed(), by_deployment.boxed()];
     if let Some(nodes) = nodes {
         let store = ctx.machines.clone();
         all.push(

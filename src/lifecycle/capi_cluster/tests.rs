@@ -119,6 +119,19 @@ fn the_infrastructure_cluster_is_owned_once_and_its_endpoint_copied() {
 }
 
 #[test]
+fn the_infrastructure_cluster_carries_the_cluster_name_label() {
+    let c = cluster(json!({}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&infra(json!({}))), now: now() });
+    assert_eq!(plan.label_infra.as_deref(), Some("dev"));
+    let labelled = infra(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "dev"}}}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&labelled), now: now() });
+    assert_eq!(plan.label_infra, None, "already labelled");
+    let other = infra(json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "old"}}}));
+    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&other), now: now() });
+    assert_eq!(plan.label_infra.as_deref(), Some("dev"), "the referencing Cluster's name wins");
+}
+
+#[test]
 fn a_paused_cluster_only_reports_the_pause() {
     let c = cluster(json!({"spec": {"paused": true}}));
     let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: Some(&infra(json!({}))), now: now() });

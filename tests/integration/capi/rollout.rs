@@ -98,3 +98,45 @@ async fn a_template_change_clones_the_new_template_and_keeps_the_old_set() {
     assert_eq!(replicas, BTreeSet::from([0, 3]));
     env.shutdown().await;
 }
+
+fn up_to_date(m: &Machine) -> Option<String> {
+    let conditions = m.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|c| c.type_ == "UpToDate").map(|c| c.status.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_of_an_old_template_are_not_up_to_date() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("held", 2, "small", rolling(1, 0))).await;
+    let old = wait_running(&capi, "held", 2).await;
+    assert!(old.iter().all(|m| up_to_date(m).as_deref() == Some("True")), "{old:?}");
+    // Paused, a template change rolls nothing: the machines stay, outdated, and their set counts none up to date.
+    patch_deployment(&capi, "held", json!({"spec": {"paused": true}})).await;
+    let large = json!({"spec": {"template": {"spec": {"infrastructureRef": {
+        "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "MCMMachineTemplate", "name": "large"}}}}});
+    patch_deployment(&capi, "held", large).await;
+    wait_until("both machines NotUpToDate and the set counting none", WAIT, || async {
+        let machines = capi.machines_of("held").await;
+        let outdated = machines.len() == 2 && machines.iter().all(|m| up_to_date(m).as_deref() == Some("False"));
+        let sets = capi.sets.list(&Default::default()).await.ok()?.items;
+        let counted = sets.len() == 1 && sets[0].status.as_ref()?.up_to_date_replicas == Some(0);
+        (outdated && counted).then_some(())
+    })
+    .await;
+    assert_eq!(names(&capi.machines_of("held").await), names(&old), "paused: nothing replaced");
+    let out = env.kubectl.run(&["-n", super::NS, "get", "machines.cluster.x-k8s.io"]).await;
+    let row = out.lines().find(|l| l.starts_with(&old[0].name_any())).unwrap_or_default().to_string();
+    assert!(row.split_whitespace().any(|c| c == "False"), "the UP-TO-DATE column: {out}");
+
+    // Resumed, the rollout replaces them with up-to-date machines.
+    patch_deployment(&capi, "held", json!({"spec": {"paused": false}})).await;
+    let new = wait_until("2 up-to-date machines from the new template", WAIT, || async {
+        let machines = wait_running(&capi, "held", 2).await;
+        (names(&machines).is_disjoint(&names(&old))
+            && machines.iter().all(|m| up_to_date(m).as_deref() == Some("True")))
+        .then_some(machines)
+    })
+    .await;
+    assert_eq!(new.len(), 2);
+    env.shutdown().await;
+}

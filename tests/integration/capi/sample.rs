@@ -118,6 +118,14 @@ async fn the_dev_capi_sample_reaches_3_running_machines_and_a_template_change_ro
         .run(&["-n", NS, "get", "mcmcluster", "sample", "-o", "jsonpath={.metadata.ownerReferences[0].kind}"])
         .await;
     assert_eq!(owner, "Cluster");
+    // Labelled with its Cluster's name as core labels what a Cluster references: the CLUSTER column.
+    let labelled = wait_until("the MCMCluster's cluster-name label", WAIT, || async {
+        let (_, out, _) = kubectl.try_run(&["-n", NS, "get", "mcmclusters", "--no-headers"]).await;
+        let row: Vec<String> = out.split_whitespace().map(str::to_string).collect();
+        (row.len() > 1 && row[1] == "sample").then_some(row)
+    })
+    .await;
+    assert_eq!(labelled[0], "sample", "{labelled:?}");
     // Every Machine's Node exists, with the Machine's providerID.
     for row in machines(&kubectl, NS).await {
         let pid = kubectl.run(&["get", "node", &row.node, "-o", "jsonpath={.spec.providerID}"]).await;
