@@ -38,6 +38,14 @@ impl Error {
         }
     }
 
+    /// Whether the API server answered 409: a write based on a stale read (an optimistic-concurrency conflict or
+    /// a create that raced another). The retry reads afresh; nothing is wrong.
+    pub(crate) fn is_conflict(&self) -> bool {
+        match self {
+            Error::Kube { source, .. } => is_conflict(source),
+        }
+    }
+
     /// A short stable label (for logs and metrics).
     pub fn label(&self) -> &'static str {
         match self {
@@ -56,6 +64,19 @@ pub(crate) fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
+/// Logs a failed reconcile: a 409 (a stale read racing a write; the retry converges) at debug, anything else at
+/// warn. The leading arguments are the object's key fields, as for `tracing::warn!`.
+macro_rules! log_reconcile_failure {
+    ($error:expr, $($key:tt)+) => {
+        if $error.is_conflict() {
+            tracing::debug!($($key)+, error = %$error, "reconcile raced another write; retrying");
+        } else {
+            tracing::warn!($($key)+, error = %$error, "reconcile failed");
+        }
+    };
+}
+pub(crate) use log_reconcile_failure;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +91,12 @@ mod tests {
         assert!(e.is_gone("Machine ns/a"));
         assert!(!e.is_gone("Machine ns/b"));
         assert!(!e.is_gone("Node a"));
+    }
+
+    #[test]
+    fn only_a_409_is_a_conflict() {
+        let conflict = kube::Error::Api(kube::core::Status::failure("stale", "Conflict").with_code(409).boxed());
+        assert!(Error::kube("patch", "MachineSet ns/a", conflict).is_conflict());
+        assert!(!Error::kube("patch", "MachineSet ns/a", not_found()).is_conflict());
     }
 }

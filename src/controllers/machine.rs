@@ -96,7 +96,7 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
 /// After an API error: back off per machine.
 pub(crate) fn error_policy(machine: Arc<Machine>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&*machine);
-    tracing::warn!(machine = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, machine = %key);
     Action::requeue(ctx.retries.fail(&format!("api:{key}"), error.retry_class(), &ctx.config, None))
 }
 

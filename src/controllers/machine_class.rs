@@ -67,6 +67,6 @@ pub(crate) async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> 
 /// After an API error: back off per object.
 pub(crate) fn error_policy<K: kube::Resource>(object: Arc<K>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = key_of(&*object);
-    tracing::warn!(object = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, object = %key);
     Action::requeue(ctx.retries.fail(&format!("api-class:{key}"), error.retry_class(), &ctx.config, None))
 }

@@ -65,6 +65,6 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
 /// After an API error: back off per Cluster.
 pub(super) fn error_policy(c: Arc<Cluster>, error: &Error, ctx: Arc<CapiContext>) -> Action {
     let key = key_of(&*c);
-    tracing::warn!(cluster = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, cluster = %key);
     Action::requeue(ctx.retries.fail(&format!("capi-cluster:{key}"), error.retry_class(), &ctx.config, None))
 }

@@ -105,7 +105,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
 /// After an API error: back off per machine.
 pub(super) fn error_policy(m: Arc<Machine>, error: &Error, ctx: Arc<CapiContext>) -> Action {
     let key = key_of(&*m);
-    tracing::warn!(machine = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, machine = %key);
     Action::requeue(ctx.retries.fail(&format!("capi-machine:{key}"), error.retry_class(), &ctx.config, None))
 }
 

@@ -86,7 +86,7 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
 /// After an API error: back off per deployment.
 pub(super) fn error_policy(d: Arc<MachineDeployment>, error: &Error, ctx: Arc<CapiContext>) -> Action {
     let key = key_of(&*d);
-    tracing::warn!(machine_deployment = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, machine_deployment = %key);
     Action::requeue(ctx.retries.fail(&format!("capi-deployment:{key}"), error.retry_class(), &ctx.config, None))
 }
 

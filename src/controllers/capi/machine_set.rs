@@ -88,7 +88,7 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Re
 /// After an API error: back off per set.
 pub(super) fn error_policy(set: Arc<MachineSet>, error: &Error, ctx: Arc<CapiContext>) -> Action {
     let key = key_of(&*set);
-    tracing::warn!(machine_set = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, machine_set = %key);
     Action::requeue(ctx.retries.fail(&format!("capi-set:{key}"), error.retry_class(), &ctx.config, None))
 }
 

@@ -106,6 +106,6 @@ pub(crate) async fn reconcile(obj: Arc<MCMCluster>, ctx: Arc<ClusterContext>) ->
 
 /// After an API error: retry in a while.
 pub(crate) fn error_policy(obj: Arc<MCMCluster>, error: &Error, _ctx: Arc<ClusterContext>) -> Action {
-    tracing::warn!(mcmcluster = %key_of(&*obj), error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, mcmcluster = %key_of(&*obj));
     Action::requeue(Duration::from_secs(5))
 }

@@ -142,7 +142,7 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachine>, ctx: Arc<InfraContext>) -> R
 /// After an API error: back off per MCMMachine.
 pub(crate) fn error_policy(obj: Arc<MCMMachine>, error: &Error, ctx: Arc<InfraContext>) -> Action {
     let key = key_of(&*obj);
-    tracing::warn!(mcmmachine = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, mcmmachine = %key);
     Action::requeue(ctx.retries.fail(&format!("api:{key}"), error.retry_class(), &ctx.config, None))
 }
 

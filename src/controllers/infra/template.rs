@@ -69,6 +69,6 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachineTemplate>, ctx: Arc<TemplateCon
 
 /// After an API error: retry in a while.
 pub(crate) fn error_policy(obj: Arc<MCMMachineTemplate>, error: &Error, _ctx: Arc<TemplateContext>) -> Action {
-    tracing::warn!(mcmmachinetemplate = %key_of(&*obj), error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, mcmmachinetemplate = %key_of(&*obj));
     Action::requeue(Duration::from_secs(5))
 }

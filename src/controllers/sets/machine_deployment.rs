@@ -107,7 +107,7 @@ async fn observe_and_act(
 /// After an API error: back off per deployment.
 pub(super) fn error_policy(d: Arc<MachineDeployment>, error: &Error, ctx: Arc<SetsContext>) -> Action {
     let key = key_of(&*d);
-    tracing::warn!(machine_deployment = %key, error = %error, "reconcile failed");
+    crate::controllers::error::log_reconcile_failure!(error, machine_deployment = %key);
     Action::requeue(ctx.base.retries.fail(&format!("deployment:{key}"), error.retry_class(), &ctx.base.config, None))
 }
 
