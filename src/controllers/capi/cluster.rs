@@ -25,6 +25,9 @@ use crate::lifecycle::status_patch;
 /// Reconciles a CAPI Cluster.
 pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
     ctx.ready().await;
+    if super::left_to_upstream_core(&ctx, &*c, None, None).await? {
+        return Ok(Action::await_change());
+    }
     let namespace = c.namespace().unwrap_or_default();
     let infra = infra_name(&c).and_then(|name| ctx.infra_clusters.get(&ObjectRef::new(name).within(&namespace)));
     let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });

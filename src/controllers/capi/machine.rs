@@ -49,6 +49,9 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         return Ok(Action::await_change());
     }
     ctx.ready().await;
+    if super::left_to_upstream_core(&ctx, &*m, Some(&ctx.machine_events), Some(MACHINE_FINALIZER)).await? {
+        return Ok(Action::await_change());
+    }
     let api: Api<Machine> = Api::namespaced(ctx.control.clone(), &m.namespace().unwrap_or_default());
     let has_finalizer = m.finalizers().iter().any(|f| f == MACHINE_FINALIZER);
     if m.metadata.deletion_timestamp.is_some() {

@@ -54,6 +54,9 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
         return Ok(Action::await_change());
     }
     ctx.ready().await;
+    if super::left_to_upstream_core(&ctx, &*d, Some(&ctx.deployment_events), Some(FINALIZER)).await? {
+        return Ok(Action::await_change());
+    }
     let key = key_of(&*d);
     let now = Timestamp::now();
     let resync = ctx.config.resync;

@@ -56,6 +56,9 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Re
         return Ok(Action::await_change());
     }
     ctx.ready().await;
+    if super::left_to_upstream_core(&ctx, &*set, Some(&ctx.set_events), Some(FINALIZER)).await? {
+        return Ok(Action::await_change());
+    }
     let key = key_of(&*set);
     let resync = Action::requeue(ctx.config.resync);
     let deleting = set.metadata.deletion_timestamp.is_some();

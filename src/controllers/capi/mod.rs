@@ -67,6 +67,44 @@ pub(crate) fn paused(meta: &ObjectMeta) -> bool {
     meta.annotations.as_ref().is_some_and(|a| a.contains_key(capi::PAUSED_ANNOTATION))
 }
 
+/// Leaves an object alone that upstream core holds (its finalizer appeared after our start-up check, e.g. core was
+/// installed later): logs it, with a Warning event when a recorder is given, once per generation, and releases our
+/// own finalizer if it is there, so the object's deletion is upstream core's alone and nothing hangs on us.
+async fn left_to_upstream_core<K>(
+    ctx: &CapiContext,
+    object: &K,
+    recorder: Option<&Recorder>,
+    our_finalizer: Option<&str>,
+) -> Result<bool, super::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if !held_by_upstream_core(object.meta()) {
+        return Ok(false);
+    }
+    let key = format!("upstream:{}:{}", K::kind(&()), super::context::key_of(object));
+    if ctx.first_report(&key, object.meta().generation.unwrap_or(0)) {
+        let note = "upstream Cluster API core manages this object (its finalizer is on it); the MCM core \
+                    controllers leave it alone (see docs/capi-mode.md)";
+        tracing::warn!(kind = %K::kind(&()), object = %super::context::key_of(object), "{note}");
+        if let Some(recorder) = recorder {
+            let event = crate::lifecycle::status::EventSpec::warning("ManagedByUpstreamCore", note.to_string());
+            super::context::publish_to(recorder, object, event).await;
+        }
+    }
+    if let Some(finalizer) = our_finalizer
+        && object.meta().finalizers.iter().flatten().any(|f| f == finalizer)
+    {
+        let api: kube::Api<K> =
+            kube::Api::namespaced(ctx.control.clone(), &object.meta().namespace.clone().unwrap_or_default());
+        super::writes::remove_finalizer(&api, object, finalizer).await?;
+    }
+    Ok(true)
+}
+
 /// What the three controllers share.
 pub(crate) struct CapiContext {
     pub control: Client,

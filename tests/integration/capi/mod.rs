@@ -9,6 +9,7 @@ mod rollout;
 mod sample;
 mod shared;
 mod template;
+mod upstream;
 
 use std::time::Duration;
 
