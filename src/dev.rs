@@ -27,6 +27,8 @@ pub struct DevOptions {
     pub data_dir: Option<PathBuf>,
     /// Run only the API server (no CRDs, no controllers, no sample).
     pub apiserver_only: bool,
+    /// Run the controllers (`--no-controllers` leaves them to an `mcm run` process sharing the in-memory cloud).
+    pub run_controllers: bool,
     /// Apply the sample objects ([`SAMPLE`] and [`CAPI_SAMPLE`]).
     pub sample: bool,
     /// How the machine controllers run; `mcm dev` sets `capi_core` (mode "CAPI with MCM core": no upstream CAPI
@@ -43,6 +45,7 @@ impl Default for DevOptions {
             kubeconfig_out: PathBuf::from(".mcm/kubeconfig"),
             data_dir: None,
             apiserver_only: false,
+            run_controllers: true,
             sample: true,
             controllers: ControllerOptions { capi_core: true, ..ControllerOptions::default() },
             infra: InfraOptions::default(),
@@ -237,12 +240,18 @@ impl DevEnvironment {
         progress(&format!("serving the in-memory cloud on {url} for mcm run --inmemory-cloud-url"));
         environment.cloud_url = Some(url);
         environment.cloud_server = Some(cloud_server);
-        environment.start_controllers();
-        progress(
-            "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
-             deployment, overshoot freeze) and the infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate)",
-        );
-        if options.controllers.capi_core {
+        if !options.run_controllers {
+            progress(
+                "controllers left out (--no-controllers): run them with mcm run --kubeconfig <this kubeconfig> --inmemory-cloud-url <the URL above>",
+            );
+        } else {
+            environment.start_controllers();
+            progress(
+                "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
+                 deployment, overshoot freeze) and the infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate)",
+            );
+        }
+        if options.run_controllers && options.controllers.capi_core {
             progress(
                 "started the CAPI core controllers (Cluster, MachineDeployment, MachineSet, Machine on cluster.x-k8s.io; \
                  they stand down if upstream Cluster API core holds the objects)",

@@ -101,6 +101,10 @@ struct DevArgs {
     /// Run the API server alone: no CRDs, no controllers, no sample (for exploring with kubectl).
     #[arg(long)]
     apiserver_only: bool,
+    /// Leave the controllers out (the API server, CRDs, in-memory cloud, kubelet and sample still run), so that an
+    /// `mcm run --inmemory-cloud-url` process does the reconciling.
+    #[arg(long, conflicts_with = "apiserver_only")]
+    no_controllers: bool,
     #[command(flatten)]
     controllers: MachineControllerFlags,
     #[command(flatten)]
@@ -220,6 +224,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 kubeconfig_out: args.kubeconfig_out,
                 data_dir: args.data_dir,
                 apiserver_only: args.apiserver_only,
+                run_controllers: !args.no_controllers,
                 sample: !args.no_sample,
                 controllers,
                 infra,

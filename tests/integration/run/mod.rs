@@ -1,6 +1,7 @@
 //! `mcm run` as an operator runs it: the built binary, spawned against the embedded API server, sharing the
 //! in-memory cloud `mcm dev`'s building blocks serve on loopback (`--inmemory-cloud-url`), scraped over HTTP.
 
+mod dev;
 mod election;
 mod infra;
 mod metrics;
@@ -107,6 +108,11 @@ pub struct McmRun {
 
 impl McmRun {
     fn spawn(name: &str, kubeconfig: &Path, cloud_url: &str, dir: &Path, extra: &[&str]) -> McmRun {
+        Self::spawn_in(NS, name, kubeconfig, cloud_url, dir, extra)
+    }
+
+    /// Spawns it for the objects of `namespace`.
+    fn spawn_in(namespace: &str, name: &str, kubeconfig: &Path, cloud_url: &str, dir: &Path, extra: &[&str]) -> McmRun {
         let stderr = dir.join(format!("{name}.stderr"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
         command
@@ -115,7 +121,7 @@ impl McmRun {
             .arg(kubeconfig)
             .args(["--inmemory-cloud-url", cloud_url])
             .args(["--metrics-bind-address", "127.0.0.1:0", "--health-probe-bind-address", "127.0.0.1:0"])
-            .args(["--namespace", NS, "--leader-elect-resource-name", "mcm-run-test"])
+            .args(["--namespace", namespace, "--leader-elect-resource-name", "mcm-run-test"])
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
