@@ -169,9 +169,12 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         None
     };
 
+    // CAPI's rule: Running needs the Node and `infrastructureProvisioned` (sticky); a Node can register before the
+    // MCMMachine's status write lands.
+    let was_provisioned = old.initialization.as_ref().and_then(|i| i.infrastructure_provisioned) == Some(true);
     let phase = if failure.is_some() {
         phase::FAILED
-    } else if obs.node.is_some() {
+    } else if obs.node.is_some() && (provisioned || was_provisioned) {
         phase::RUNNING
     } else if provisioned && provider_id.is_some() {
         phase::PROVISIONED
@@ -229,7 +232,7 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
             now,
         ),
     ];
-    let ready = healthy && failure.is_none();
+    let ready = healthy && failure.is_none() && phase == phase::RUNNING;
     let (reason, message) = match &failure {
         Some((reason, message)) => (reason.to_string(), message.clone()),
         None if ready => ("Ready".to_string(), String::new()),
@@ -453,6 +456,16 @@ mod tests {
             ("not provisioned", true, Some(&inp), None, 5, None, phase::PROVISIONING, None),
             ("provisioned, no node", true, Some(&ip), None, 5, None, phase::PROVISIONED, Some("inmemory:///vm-1")),
             ("node", true, Some(&ip), Some(&ready), 5, None, phase::RUNNING, Some("inmemory:///vm-1")),
+            (
+                "node before the MCMMachine is provisioned",
+                true,
+                Some(&inp),
+                Some(&ready),
+                5,
+                None,
+                phase::PROVISIONING,
+                None,
+            ),
             ("creation timeout", true, Some(&ip), None, 601, None, phase::FAILED, Some("inmemory:///vm-1")),
             (
                 "never-ready node, creation timeout",
