@@ -567,22 +567,22 @@ mod tests {
         })
     }
 
-    fn deployment(template: serde_json::Value) -> capi::MachineDeployment {
+    /// A MachineDeployment or MachineSet (`kind`) of `template`: the two share their spec's shape.
+    fn replicated<T: serde::de::DeserializeOwned>(kind: &str, name: &str, template: serde_json::Value) -> T {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
-            "metadata": {"name": "pool", "namespace": "default"},
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind,
+            "metadata": {"name": name, "namespace": "default"},
             "spec": {"clusterName": "c1", "replicas": 1, "selector": {"matchLabels": {"pool": "a"}}, "template": template},
         }))
         .unwrap()
     }
 
+    fn deployment(template: serde_json::Value) -> capi::MachineDeployment {
+        replicated("MachineDeployment", "pool", template)
+    }
+
     fn set(template: serde_json::Value) -> capi::MachineSet {
-        serde_json::from_value(serde_json::json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineSet",
-            "metadata": {"name": "pool-x", "namespace": "default"},
-            "spec": {"clusterName": "c1", "replicas": 1, "selector": {"matchLabels": {"pool": "a"}}, "template": template},
-        }))
-        .unwrap()
+        replicated("MachineSet", "pool-x", template)
     }
 
     #[test]
