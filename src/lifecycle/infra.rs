@@ -293,6 +293,21 @@ pub fn place(provider: &str, provider_spec: &Value, failure_domain: Option<&str>
     spec
 }
 
+/// The zone a class places its VMs in, as a failure domain name (the inverse of [`place`]): `zone` of InMemory and
+/// GCP, `properties.zone` of Azure. `None` for AWS (the subnet decides) and for a class without one.
+pub fn zone_of(provider: &str, provider_spec: &Value) -> Option<String> {
+    let zone = match provider {
+        "InMemory" | "GCP" => provider_spec.get("zone")?,
+        "Azure" => provider_spec.pointer("/properties/zone")?,
+        _ => return None,
+    };
+    match zone {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
 /// What an MCMMachineTemplate publishes for scale-from-zero: the class's node capacity (with its virtual
 /// capacity) and architecture (operating system `linux`). `None` without a node template.
 pub fn template_status(node_template: Option<&NodeTemplate>) -> Option<(BTreeMap<String, Quantity>, NodeInfo)> {

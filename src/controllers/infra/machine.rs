@@ -231,11 +231,14 @@ async fn create_flow(
 ) -> Result<Action, Error> {
     let effective = Effective::of(hub, &ctx.config);
     let gate = create_key(obj);
+    // Reported in status: the Machine's failure domain, or else the zone the class itself names.
+    let located =
+        failure_domain.clone().or_else(|| infra::zone_of(&request.class.provider, &request.class.provider_spec));
     if !create::needs_creation(hub) {
         // Provisioned (or Failed for good): keep the contract fields and conditions in line.
         let write = Write {
             provisioned: infra::provisioned(hub).then_some(true),
-            failure_domain: failure_domain.filter(|_| infra::provisioned(hub)),
+            failure_domain: located.filter(|_| infra::provisioned(hub)),
             ready: Some(infra::ready(hub)),
             ..Default::default()
         };
@@ -358,7 +361,7 @@ async fn create_flow(
     let write = Write {
         patch,
         provisioned: Some(true),
-        failure_domain,
+        failure_domain: located,
         ready: Some(infra::ready(&provisioned_hub)),
         ..Default::default()
     };

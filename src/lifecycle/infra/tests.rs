@@ -204,6 +204,27 @@ fn placement_in_the_failure_domain() {
 }
 
 #[test]
+fn the_zone_a_class_names_is_its_failure_domain() {
+    let cases = [
+        ("InMemory", json!({"zone": "local-a"}), Some("local-a")),
+        ("GCP", json!({"zone": "europe-west1-b", "machineType": "n1"}), Some("europe-west1-b")),
+        ("Azure", json!({"properties": {"zone": 2}}), Some("2")),
+        ("Azure", json!({"properties": {}}), None),
+        ("AWS", json!({"zone": "ignored"}), None),
+        ("InMemory", json!({"zone": ""}), None),
+        ("InMemory", json!(null), None),
+    ];
+    for (provider, spec, want) in cases {
+        assert_eq!(zone_of(provider, &spec).as_deref(), want, "{provider} {spec}");
+        // What `place` writes for a failure domain, `zone_of` reads back.
+        if let Some(fd) = want {
+            let base = if provider == "Azure" { json!({"properties": {}}) } else { json!({}) };
+            assert_eq!(zone_of(provider, &place(provider, &base, Some(fd))).as_deref(), Some(fd));
+        }
+    }
+}
+
+#[test]
 fn template_status_from_the_node_template() {
     assert_eq!(template_status(None), None);
     let t = NodeTemplate {

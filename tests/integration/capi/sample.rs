@@ -101,6 +101,14 @@ async fn the_dev_capi_sample_reaches_3_running_machines_and_a_template_change_ro
     // The default columns a user sees.
     let table = kubectl.run(&["-n", NS, "get", "machines.cluster.x-k8s.io"]).await;
     assert_eq!(table.matches("Running").count(), 3, "{table}");
+    // No failure domain was asked for: each reports the zone its class names, through MCMMachine to Machine.
+    wait_until("the class's zone as every machine's failure domain", WAIT, || async {
+        let (_, zones, _) = kubectl
+            .try_run(&["-n", NS, "get", "machines.cluster.x-k8s.io", "-o", "jsonpath={.items[*].status.failureDomain}"])
+            .await;
+        (zones.split_whitespace().collect::<Vec<_>>() == ["local-a"; 3]).then_some(())
+    })
+    .await;
     // The Cluster is provisioned and owns its MCMCluster.
     let cluster = kubectl
         .run(&[
