@@ -240,21 +240,21 @@ impl DevEnvironment {
         progress(&format!("serving the in-memory cloud on {url} for mcm run --inmemory-cloud-url"));
         environment.cloud_url = Some(url);
         environment.cloud_server = Some(cloud_server);
-        if !options.run_controllers {
-            progress(
-                "controllers left out (--no-controllers): run them with mcm run --kubeconfig <this kubeconfig> --inmemory-cloud-url <the URL above>",
-            );
-        } else {
+        if options.run_controllers {
             environment.start_controllers();
             progress(
                 "started the controllers (machine, termination, machine class, secret, safety, machine set, machine \
                  deployment, overshoot freeze) and the infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate)",
             );
-        }
-        if options.run_controllers && options.controllers.capi_core {
+            if options.controllers.capi_core {
+                progress(
+                    "started the CAPI core controllers (Cluster, MachineDeployment, MachineSet, Machine on \
+                     cluster.x-k8s.io; they stand down if upstream Cluster API core holds the objects)",
+                );
+            }
+        } else {
             progress(
-                "started the CAPI core controllers (Cluster, MachineDeployment, MachineSet, Machine on cluster.x-k8s.io; \
-                 they stand down if upstream Cluster API core holds the objects)",
+                "controllers left out (--no-controllers): run them with mcm run --kubeconfig <this kubeconfig> --inmemory-cloud-url <the URL above>",
             );
         }
         if options.sample {

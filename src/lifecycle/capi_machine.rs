@@ -248,17 +248,12 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         now,
     ));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
-    match obs.up_to_date {
-        Some(true) => conditions.push(condition(&old_conditions, "UpToDate", true, "UpToDate", "", now)),
-        Some(false) => conditions.push(condition(
-            &old_conditions,
-            "UpToDate",
-            false,
-            "NotUpToDate",
-            "* its MachineSet's template is not the MachineDeployment's",
-            now,
-        )),
-        None => {}
+    if let Some(up_to_date) = obs.up_to_date {
+        let (reason, message) = match up_to_date {
+            true => ("UpToDate", ""),
+            false => ("NotUpToDate", "* its MachineSet's template is not the MachineDeployment's"),
+        };
+        conditions.push(condition(&old_conditions, "UpToDate", up_to_date, reason, message, now));
     }
     let mut all = old_conditions;
     merge_conditions(&mut all, conditions);

@@ -338,9 +338,10 @@ async fn create_flow(
         spec.insert("failureDomain".into(), json!(fd));
     }
     // The spec write bumps the generation: the conditions below must observe the new one.
-    let recorded = match spec.is_empty() {
-        true => None,
-        false => Some(writes::merge(api, obj, &json!({ "spec": spec }), "record the VM on").await?),
+    let recorded = if spec.is_empty() {
+        None
+    } else {
+        Some(writes::merge(api, obj, &json!({ "spec": spec }), "record the VM on").await?)
     };
     let obj = recorded.as_ref().unwrap_or(obj);
     if vm.initialize {
