@@ -1,4 +1,5 @@
-# Build, test and generate. Every target works on a fresh clone with only the Rust toolchain installed.
+# Build, test and generate. Every target works on a fresh clone with the Rust toolchain; `make test` also builds
+# upstream clusterctl and CAPI core with Go (without Go those tests are skipped, loudly; see docs/testing.md).
 CARGO ?= cargo
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
@@ -8,7 +9,7 @@ PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.clus
 	infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
 	machine.sapcloud.io_machineclasses
 
-.PHONY: dev build test crds fmt lint bench release-manifests docker-build
+.PHONY: dev build test crds fmt lint bench release-manifests docker-build upstream-tools
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
@@ -16,8 +17,11 @@ dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .
 build: ## Build the mcm binary (target/debug/mcm)
 	$(CARGO) build
 
-test: ## Run every test: unit, integration and doc tests
+test: upstream-tools ## Run every test: unit, integration and doc tests (with upstream clusterctl and CAPI core)
 	$(CARGO) test
+
+upstream-tools: ## Build clusterctl and CAPI core's manager from the Go module proxy into target/upstream (docs/testing.md)
+	hack/upstream-tools.sh
 
 crds: ## Regenerate crds/ from the API types, and config/crd/bases from crds/ (tests fail when either drifts)
 	$(CARGO) run --quiet --no-default-features -- crds --output-dir crds
