@@ -384,21 +384,34 @@ async fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Res
         return Ok(json_response(StatusCode::CREATED, &subresources::review(ctx, body)));
     }
     let applied = apply.then(|| managed::leaves(&body, false));
-    let gr = ctx.rt.storage_gr();
     let (decoded, matched) = {
         let mut store = shared.lock();
         let decoded = admission::decode_create(&store, &ctx.rt, ctx.version, ctx.path.namespace.as_deref(), body)?;
-        let namespace = object::namespace(&decoded).to_string();
-        let Some(matched) = ctx.webhooks(shared, &store, Operation::Create, &ctx.admission_namespace(&namespace))
-        else {
+        let namespace = object::namespace(&decoded);
+        let Some(matched) = ctx.webhooks(shared, &store, Operation::Create, &ctx.admission_namespace(namespace)) else {
+            let gr = ctx.rt.storage_gr();
+            let namespace = namespace.to_string();
             let taken = |name: &str| store.get(&gr, &(namespace.clone(), name.to_string())).is_some();
             let obj = admission::finish_create(&ctx.rt, ctx.version, decoded, &taken)?;
-            return commit_create(&mut store, ctx, obj, applied);
+            let stored = commit_create(&mut store, ctx, obj, applied)?;
+            drop(store);
+            return Ok(json_response(StatusCode::CREATED, &ctx.output(&stored)));
         };
         (decoded, matched)
     };
-    // Admission webhooks are called without the lock: mutating ones on the defaulted request, then the
-    // server's own checks, then validating ones on the object about to be stored.
+    // Boxed: requests no webhook matches keep a small future.
+    Box::pin(create_admitted(shared, ctx, decoded, matched, applied)).await
+}
+
+/// A create through admission webhooks, called without the lock: mutating ones on the defaulted request, then
+/// the server's own checks, then validating ones on the object about to be stored.
+async fn create_admitted(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    decoded: Value,
+    matched: Matched,
+    applied: Option<managed::FieldSet>,
+) -> Result<Response, ApiError> {
     let namespace = object::namespace(&decoded).to_string();
     let mut defaulted = decoded;
     admission::default_object(&ctx.rt, ctx.version, &mut defaulted);
@@ -410,25 +423,28 @@ async fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Res
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
+    let gr = ctx.rt.storage_gr();
     let taken = |name: &str| shared.lock().get(&gr, &(namespace.clone(), name.to_string())).is_some();
     let obj = admission::finish_create(&ctx.rt, ctx.version, mutated, &taken)?;
     review.name = object::name(&obj).to_string();
     review.object = Some(obj);
     warnings.extend(webhook::validate(shared, &matched, &review).await?);
     let obj = review.object.take().unwrap_or_default();
-    let mut store = shared.lock();
-    admission::check_namespace(&store, &ctx.rt, &obj)?;
-    let response = commit_create(&mut store, ctx, obj, applied)?;
-    Ok(field_validation::with_warnings(response, &warnings))
+    let stored = {
+        let mut store = shared.lock();
+        admission::check_namespace(&store, &ctx.rt, &obj)?;
+        commit_create(&mut store, ctx, obj, applied)?
+    };
+    Ok(field_validation::with_warnings(json_response(StatusCode::CREATED, &ctx.output(&stored)), &warnings))
 }
 
-/// Stores a created object (its managed fields recorded), unless it exists or the request is a dry run.
+/// Stores a created object (its managed fields recorded), unless it exists; a dry run returns it unstored.
 fn commit_create(
     store: &mut Store,
     ctx: &Ctx<'_>,
     mut obj: Value,
     applied: Option<managed::FieldSet>,
-) -> Result<Response, ApiError> {
+) -> Result<Arc<Value>, ApiError> {
     let apply = applied.is_some();
     let owned = applied.unwrap_or_else(|| managed::leaves(&obj, false));
     managed::record(&mut obj, None, &ctx.manager, apply, owned, &ctx.rt.api_version(ctx.version), "");
@@ -438,14 +454,14 @@ fn commit_create(
         return Err(ApiError::already_exists(ctx.subject(&key.1)));
     }
     if ctx.query.dry_run {
-        return Ok(json_response(StatusCode::CREATED, &ctx.output(&obj)));
+        return Ok(Arc::new(obj));
     }
     if ctx.rt.special == Special::Crd {
         obj = admission::admit_crd(store, obj, None)?;
     }
     let stored = store.insert(&gr, obj);
     store.settle();
-    Ok(json_response(StatusCode::CREATED, &ctx.output(&stored)))
+    Ok(stored)
 }
 
 /// Commits an update prepared from `body`; writes nothing when nothing changed.
@@ -515,6 +531,26 @@ enum Next {
     },
 }
 
+/// An update waiting for its webhooks: the object it was computed from, the decoded body, the matched
+/// webhooks, a server-side apply's configuration and the warnings so far.
+struct PendingUpdate {
+    current: Arc<Value>,
+    decoded: Value,
+    matched: Matched,
+    applied: Option<Value>,
+    warnings: Vec<String>,
+}
+
+/// One attempt at an update, decided under the lock.
+enum Attempt {
+    /// Done without webhooks: the object as served, and warnings.
+    Done(Value, Vec<String>),
+    /// The request creates the object (server-side apply).
+    Create(Value, Vec<String>),
+    /// Webhooks must be called.
+    Admit(Box<PendingUpdate>),
+}
+
 /// Updates the object `ctx` names with what `next` computes from the current object (`None`: it does not
 /// exist). `next` is told whether webhooks will be called, in which case it may be asked again after a
 /// concurrent write.
@@ -525,48 +561,73 @@ where
     let key = ctx.key();
     let namespace = ctx.admission_namespace(&key.0);
     for _ in 0..ADMISSION_ATTEMPTS {
-        let step = {
+        let attempt = {
             let mut store = shared.lock();
             let current = store.get(&ctx.rt.storage_gr(), &key);
             let matched = ctx.webhooks(shared, &store, Operation::Update, &namespace);
             match next(current.as_ref(), matched.is_some())? {
-                Next::Create { body, warnings } => Err((body, warnings)),
+                Next::Create { body, warnings } => Attempt::Create(body, warnings),
                 Next::Update { body, applied, require_rv, warnings } => {
                     let current = current.ok_or_else(|| ApiError::not_found(ctx.subject(&key.1)))?;
-                    let Some(matched) = matched else {
-                        let result =
-                            commit_update(&mut store, ctx, &current, body, part, require_rv, applied.as_ref())?;
-                        return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
-                    };
-                    let decoded = admission::decode_update(&ctx.rt, ctx.version, &current, body, require_rv)?;
-                    Ok((current, decoded, matched, applied, warnings))
+                    match matched {
+                        None => Attempt::Done(
+                            commit_update(&mut store, ctx, &current, body, part, require_rv, applied.as_ref())?,
+                            warnings,
+                        ),
+                        Some(matched) => {
+                            let decoded = admission::decode_update(&ctx.rt, ctx.version, &current, body, require_rv)?;
+                            Attempt::Admit(Box::new(PendingUpdate { current, decoded, matched, applied, warnings }))
+                        }
+                    }
                 }
             }
         };
-        let (current, mut decoded, matched, applied, mut warnings) = match step {
-            Ok(admitting) => admitting,
-            Err((body, warnings)) => {
-                return create(shared, ctx, body, true).await.map(|r| field_validation::with_warnings(r, &warnings));
+        match attempt {
+            Attempt::Done(result, warnings) => {
+                return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
             }
-        };
-        admission::default_object(&ctx.rt, ctx.version, &mut decoded);
-        let mut review = ctx.review(Operation::Update, namespace.clone(), Some(decoded), Some((*current).clone()));
-        warnings.extend(webhook::mutate(shared, &matched, &mut review).await?);
-        let mutated = review.object.take().unwrap_or_default();
-        review.object = Some(admission::finish_update(&ctx.rt, ctx.version, &current, mutated, part)?);
-        warnings.extend(webhook::validate(shared, &matched, &review).await?);
-        let updated = review.object.take().unwrap_or_default();
+            Attempt::Create(body, warnings) => {
+                let created = Box::pin(create(shared, ctx, body, true)).await;
+                return created.map(|r| field_validation::with_warnings(r, &warnings));
+            }
+            Attempt::Admit(pending) => {
+                if let Some(response) = Box::pin(update_admitted(shared, ctx, part, &namespace, *pending)).await? {
+                    return Ok(response);
+                }
+            }
+        }
+    }
+    Err(ApiError::stale(ctx.subject(&key.1)))
+}
+
+/// An update through admission webhooks (called without the lock); `None` when the object changed meanwhile
+/// and the update must be computed again.
+async fn update_admitted(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    part: Part,
+    namespace: &str,
+    pending: PendingUpdate,
+) -> Result<Option<Response>, ApiError> {
+    let PendingUpdate { current, mut decoded, matched, applied, mut warnings } = pending;
+    admission::default_object(&ctx.rt, ctx.version, &mut decoded);
+    let mut review = ctx.review(Operation::Update, namespace.to_string(), Some(decoded), Some((*current).clone()));
+    warnings.extend(webhook::mutate(shared, &matched, &mut review).await?);
+    let mutated = review.object.take().unwrap_or_default();
+    review.object = Some(admission::finish_update(&ctx.rt, ctx.version, &current, mutated, part)?);
+    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let updated = review.object.take().unwrap_or_default();
+    let result = {
         let mut store = shared.lock();
         let latest = ctx.require(&store)?;
         if !Arc::ptr_eq(&latest, &current) {
-            // Written meanwhile: compute the update again from the new state (a stale resourceVersion in the
-            // body then fails with 409).
-            continue;
+            // Written meanwhile: the caller computes the update again from the new state (a stale
+            // resourceVersion in the body then fails with 409).
+            return Ok(None);
         }
-        let result = store_update(&mut store, ctx, &current, updated, part, applied.as_ref())?;
-        return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
-    }
-    Err(ApiError::stale(ctx.subject(&key.1)))
+        store_update(&mut store, ctx, &current, updated, part, applied.as_ref())?
+    };
+    Ok(Some(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings)))
 }
 
 async fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
@@ -793,53 +854,68 @@ async fn delete_one(
     let gr = ctx.rt.storage_gr();
     let dry_run = delete_dry_run(ctx, options);
     let namespace = ctx.admission_namespace(&key.0);
-    let remove = |store: &mut Store, current: Arc<Value>, warnings: Vec<String>| {
-        if dry_run {
-            return Some((current, warnings));
-        }
-        match store.delete(&gr, key, policy) {
-            Some(DeleteOutcome::Deleted(obj) | DeleteOutcome::Pending(obj)) => Some((obj, warnings)),
-            None => None,
-        }
-    };
     for _ in 0..ADMISSION_ATTEMPTS {
         let (current, matched) = {
             let mut store = shared.lock();
             let Some(current) = store.get(&gr, key) else { return Ok(None) };
             check_preconditions(ctx, options, &current)?;
             let Some(matched) = ctx.webhooks(shared, &store, Operation::Delete, &namespace) else {
-                return Ok(remove(&mut store, current, Vec::new()));
+                return Ok(remove(&mut store, &gr, key, policy, dry_run, current).map(|obj| (obj, Vec::new())));
             };
             (current, matched)
         };
-        let mut review = ctx.review(Operation::Delete, namespace.clone(), None, Some((*current).clone()));
-        review.name = key.1.clone();
-        review.dry_run = dry_run;
-        let mut delete_options = options.clone();
-        if !delete_options.is_object() {
-            delete_options = json!({});
-        }
-        delete_options["kind"] = json!("DeleteOptions");
-        delete_options["apiVersion"] = json!("meta.k8s.io/v1");
-        if let Some(policy) = &ctx.query.propagation_policy
-            && delete_options.get("propagationPolicy").is_none()
-        {
-            delete_options["propagationPolicy"] = json!(policy);
-        }
-        if dry_run {
-            delete_options["dryRun"] = json!(["All"]);
-        }
-        review.options = delete_options;
-        let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-        warnings.extend(webhook::validate(shared, &matched, &review).await?);
+        let admitted = Box::pin(delete_admitted(shared, ctx, key, options, &namespace, &current, matched)).await?;
         let mut store = shared.lock();
         let Some(latest) = store.get(&gr, key) else { return Ok(None) };
         if !Arc::ptr_eq(&latest, &current) {
             continue;
         }
-        return Ok(remove(&mut store, current, warnings));
+        return Ok(remove(&mut store, &gr, key, policy, dry_run, current).map(|obj| (obj, admitted)));
     }
     Err(ApiError::stale(ctx.subject(&key.1)))
+}
+
+/// Deletes (or for a dry run only returns) an object; `None` when it is gone.
+fn remove(
+    store: &mut Store,
+    gr: &super::resources::GroupResource,
+    key: &ObjectKey,
+    policy: Propagation,
+    dry_run: bool,
+    current: Arc<Value>,
+) -> Option<Arc<Value>> {
+    if dry_run { Some(current) } else { deleted(store.delete(gr, key, policy)) }
+}
+
+/// Calls the DELETE webhooks of an object (without the lock); their warnings.
+async fn delete_admitted(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    key: &ObjectKey,
+    options: &Value,
+    namespace: &str,
+    current: &Value,
+    matched: Matched,
+) -> Result<Vec<String>, ApiError> {
+    let dry_run = delete_dry_run(ctx, options);
+    let mut review = ctx.review(Operation::Delete, namespace.to_string(), None, Some(current.clone()));
+    review.name = key.1.clone();
+    review.dry_run = dry_run;
+    let mut delete_options = if options.is_object() { options.clone() } else { json!({}) };
+    delete_options["kind"] = json!("DeleteOptions");
+    delete_options["apiVersion"] = json!("meta.k8s.io/v1");
+    if let Some(policy) = &ctx.query.propagation_policy
+        && delete_options.get("propagationPolicy").is_none()
+    {
+        delete_options["propagationPolicy"] = json!(policy);
+    }
+    if dry_run {
+        delete_options["dryRun"] = json!(["All"]);
+    }
+    review.options = delete_options;
+    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    Ok(warnings)
 }
 
 async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
@@ -870,7 +946,7 @@ async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> R
     let mut items = Vec::new();
     let mut warnings = Vec::new();
     for key in keys {
-        if let Some((obj, more)) = delete_one(shared, ctx, &key, options, policy).await? {
+        if let Some((obj, more)) = Box::pin(delete_one(shared, ctx, &key, options, policy)).await? {
             items.push(ctx.output(&obj));
             warnings.extend(more);
         }

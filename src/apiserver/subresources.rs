@@ -126,36 +126,53 @@ pub async fn update_scale(
             };
             (current, view, scale, matched)
         };
-        let mut review = Review {
-            operation: Operation::Update,
-            rt: ctx.rt.clone(),
-            version: ctx.version.to_string(),
-            subresource: "scale".into(),
-            sub_kind: Some(webhook::SCALE),
-            name: key.1.clone(),
-            namespace: namespace.clone(),
-            object: Some(scale),
-            old_object: Some(view),
-            options: json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}),
-            dry_run: ctx.query.dry_run,
-        };
-        if ctx.query.dry_run {
-            review.options["dryRun"] = json!(["All"]);
+        let admitted = scale_admitted(shared, ctx, &namespace, current, view, scale, matched);
+        if let Some(response) = Box::pin(admitted).await? {
+            return Ok(response);
         }
-        let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-        let scale = review.object.as_ref().cloned().unwrap_or_default();
-        let replicas = wanted_replicas(ctx, &scale, &current)?;
-        let prepared = scaled(ctx, &current, replicas)?;
-        warnings.extend(webhook::validate(shared, &matched, &review).await?);
-        let mut store = shared.lock();
-        let latest = ctx.require(&store)?;
-        if !Arc::ptr_eq(&latest, &current) {
-            continue;
-        }
-        let response = store_scaled(&mut store, ctx, current, prepared);
-        return Ok(super::field_validation::with_warnings(response, &warnings));
     }
     Err(ApiError::stale(ctx.subject(&key.1)))
+}
+
+/// A scale update through admission webhooks (called without the lock); `None` when the object changed
+/// meanwhile and the update must be computed again.
+async fn scale_admitted(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    namespace: &str,
+    current: Arc<Value>,
+    view: Value,
+    scale: Value,
+    matched: webhook::Matched,
+) -> Result<Option<Response>, ApiError> {
+    let mut review = Review {
+        operation: Operation::Update,
+        rt: ctx.rt.clone(),
+        version: ctx.version.to_string(),
+        subresource: "scale".into(),
+        sub_kind: Some(webhook::SCALE),
+        name: object::name(&current).to_string(),
+        namespace: namespace.to_string(),
+        object: Some(scale),
+        old_object: Some(view),
+        options: json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}),
+        dry_run: ctx.query.dry_run,
+    };
+    if ctx.query.dry_run {
+        review.options["dryRun"] = json!(["All"]);
+    }
+    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let scale = review.object.as_ref().cloned().unwrap_or_default();
+    let replicas = wanted_replicas(ctx, &scale, &current)?;
+    let prepared = scaled(ctx, &current, replicas)?;
+    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let mut store = shared.lock();
+    let latest = ctx.require(&store)?;
+    if !Arc::ptr_eq(&latest, &current) {
+        return Ok(None);
+    }
+    let response = store_scaled(&mut store, ctx, current, prepared);
+    Ok(Some(super::field_validation::with_warnings(response, &warnings)))
 }
 
 /// Answers a review kind (`SelfSubjectAccessReview`, `TokenReview`, ...): everything is allowed, every token
@@ -230,14 +247,25 @@ pub async fn evict(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Respon
         shared.webhooks.matching(&store, &ctx.rt, &input)
     };
     let Some(matched) = matched else { return evict_now(shared, ctx, body) };
+    Box::pin(evict_admitted(shared, ctx, body, matched)).await
+}
+
+/// An eviction through admission webhooks (called without the lock).
+async fn evict_admitted(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    body: Value,
+    matched: webhook::Matched,
+) -> Result<Response, ApiError> {
+    let key = ctx.key();
     let mut review = Review {
         operation: Operation::Create,
         rt: ctx.rt.clone(),
         version: ctx.version.to_string(),
         subresource: "eviction".into(),
         sub_kind: Some(webhook::EVICTION),
-        name: key.1.clone(),
-        namespace: key.0.clone(),
+        name: key.1,
+        namespace: key.0,
         object: Some(body),
         old_object: None,
         options: json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
