@@ -372,7 +372,8 @@ mod object_tests {
             subresource: None,
         };
         let query = Query::default();
-        let ctx = Ctx { rt, version, path: &path, query: &query, manager: "test".into(), table: None };
+        let ctx =
+            Ctx { rt, version, path: &path, query: &query, manager: "test".into(), table: None, metadata_only: None };
         let found = unknown_fields(&ctx, &mut obj, drop);
         (found, obj)
     }
