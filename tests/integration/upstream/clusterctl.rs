@@ -22,7 +22,7 @@ async fn clusterctl_init_then_a_generated_cluster_scales_rolls_heals_and_goes() 
 
     // generate cluster | kubectl apply: three workers Running with what upstream core set.
     m.prepare_cluster("demo", &m.server).await;
-    control_plane_machine(&m, "demo").await;
+    control_plane_machine(&m, "demo", None).await;
     let manifest = m
         .clusterctl_ok(&[
             "generate",

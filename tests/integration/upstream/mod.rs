@@ -4,7 +4,9 @@
 //!
 //! Without the tools every test here is skipped with a loud message; in CI (`CI=true`) their absence fails.
 
+mod aws;
 mod clusterctl;
+mod moving;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -464,7 +466,8 @@ pub async fn running_workers(m: &Management, cloud: &Cloud, md: &str, n: usize, 
 
 /// A control-plane Machine on our provider. Core counts the control plane of a Cluster without a control plane
 /// provider as initialized once such a Machine has a Node; MachineHealthChecks wait for that.
-pub async fn control_plane_machine(m: &Management, cluster: &str) {
+/// Its class is inline, or MachineClass `class`.
+pub async fn control_plane_machine(m: &Management, cluster: &str, class: Option<&str>) {
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(m.client.clone(), NS);
     let bootstrap = serde_json::from_value(json!({
         "metadata": {"name": format!("{cluster}-cp-bootstrap"), "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
@@ -483,10 +486,13 @@ pub async fn control_plane_machine(m: &Management, cluster: &str) {
         json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MCMMachine",
             "metadata": {"name": format!("{cluster}-cp-0"), "labels": labels},
-            "spec": {"inlineClass": {"provider": "InMemory", "providerSpec": {
-                "machineType": "m.small", "region": "local", "zone": "local-a", "bootSeconds": 0.5,
-                "tags": {format!("kubernetes.io/cluster/{cluster}"): "1", "kubernetes.io/role/node": "1"},
-            }}},
+            "spec": match class {
+                Some(name) => json!({"class": {"kind": "MachineClass", "name": name}}),
+                None => json!({"inlineClass": {"provider": "InMemory", "providerSpec": {
+                    "machineType": "m.small", "region": "local", "zone": "local-a", "bootSeconds": 0.5,
+                    "tags": {format!("kubernetes.io/cluster/{cluster}"): "1", "kubernetes.io/role/node": "1"},
+                }}}),
+            },
         }),
     )
     .await;
