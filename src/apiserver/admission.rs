@@ -1,7 +1,8 @@
 //! What kube-apiserver does to an object between the request and storage: metadata rules, status and spec
 //! separation, generation, CRD registration and status, schema defaulting, pruning and validation.
 //!
-//! Pure functions over JSON; the caller holds the store lock and commits the result.
+//! Pure functions over JSON, in two halves around mutating admission webhooks (`decode_*` before, `finish_*`
+//! after, as kube-apiserver orders them); the caller commits the result under the store lock.
 
 use serde_json::{Value, json};
 
@@ -176,69 +177,99 @@ fn crd_status(crd: &Value, previous: Option<&Value>) -> Value {
     })
 }
 
-/// Validates a CRD and makes its resources served; returns the CRD with its status.
-fn admit_crd(store: &mut Store, name: &str, mut crd: Value, previous: Option<&Value>) -> Result<Value, ApiError> {
-    let crd_type =
-        store.registry.get(&resources::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions"));
-    let problems_to_error = |problems: Vec<resources::CrdProblem>| {
-        let causes = problems.into_iter().map(|p| cause("FieldValueInvalid", &p.field, p.detail.clone())).collect();
-        match &crd_type {
-            Some(t) => invalid(t, name, causes),
-            None => ApiError::internal("the CustomResourceDefinition type is not registered"),
-        }
-    };
-    let served = resources::from_crd(&crd).map_err(problems_to_error)?;
+/// The CRD type's own `invalid` error for `problems`.
+fn crd_invalid(rt: &ResourceType, name: &str, problems: Vec<resources::CrdProblem>) -> ApiError {
+    let causes = problems.into_iter().map(|p| cause("FieldValueInvalid", &p.field, p.detail)).collect();
+    invalid(rt, name, causes)
+}
+
+/// What kube-apiserver checks of a CRD before storing it: the type it declares can be served, and group and
+/// scope are immutable. Returns the type.
+fn check_crd(
+    rt: &ResourceType,
+    name: &str,
+    crd: &Value,
+    previous: Option<&Value>,
+) -> Result<resources::ResourceType, ApiError> {
+    let served = resources::from_crd(crd).map_err(|p| crd_invalid(rt, name, p))?;
     if let Some(prev) = previous {
-        let mut problems = Vec::new();
-        if prev["spec"]["group"] != crd["spec"]["group"] {
-            problems.push(resources::CrdProblem {
-                field: "spec.group".into(),
+        let problems: Vec<resources::CrdProblem> = ["group", "scope"]
+            .into_iter()
+            .filter(|field| prev["spec"][field] != crd["spec"][field])
+            .map(|field| resources::CrdProblem {
+                field: format!("spec.{field}"),
                 detail: "Invalid value: field is immutable".into(),
-            });
-        }
-        if prev["spec"]["scope"] != crd["spec"]["scope"] {
-            problems.push(resources::CrdProblem {
-                field: "spec.scope".into(),
-                detail: "Invalid value: field is immutable".into(),
-            });
-        }
+            })
+            .collect();
         if !problems.is_empty() {
-            return Err(problems_to_error(problems));
+            return Err(crd_invalid(rt, name, problems));
         }
     }
+    Ok(served)
+}
+
+/// Validates a CRD and makes its resources served; returns the CRD with its status. Called when the CRD is
+/// committed (never for dry runs).
+pub fn admit_crd(store: &mut Store, crd: Value, previous: Option<&Value>) -> Result<Value, ApiError> {
+    let name = object::name(&crd).to_string();
+    let crd_gr = resources::GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions");
+    let Some(crd_type) = store.registry.get(&crd_gr) else {
+        return Err(ApiError::internal("the CustomResourceDefinition type is not registered"));
+    };
+    let served = check_crd(&crd_type, &name, &crd, previous)?;
     if let Some(existing) = store.registry.get(&served.gr)
         && !existing.custom
     {
-        return Err(problems_to_error(vec![resources::CrdProblem {
-            field: "spec.names.plural".into(),
-            detail: format!("Invalid value: {} is a built-in resource", served.gr),
-        }]));
+        return Err(crd_invalid(
+            &crd_type,
+            &name,
+            vec![resources::CrdProblem {
+                field: "spec.names.plural".into(),
+                detail: format!("Invalid value: {} is a built-in resource", served.gr),
+            }],
+        ));
     }
+    let mut crd = crd;
     crd["status"] = crd_status(&crd, previous);
     store.registry.insert(served);
     Ok(crd)
 }
 
-/// Prepares a create: checks the body, fills server-owned metadata, applies kind-specific rules and the schema.
-pub fn prepare_create(
-    store: &mut Store,
+/// Refuses new objects in a namespace that does not exist (404) or is being deleted (403), as kube-apiserver's
+/// NamespaceLifecycle admission does before any webhook is called.
+pub fn check_namespace(store: &Store, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    if !rt.namespaced {
+        return Ok(());
+    }
+    let namespace = object::namespace(obj);
+    let ns_obj = store.get(&resources::GroupResource::new("", "namespaces"), &(String::new(), namespace.to_string()));
+    match ns_obj {
+        None => Err(ApiError::not_found(Subject { group: "", resource: "namespaces", name: namespace })),
+        Some(ns) if is_deleting(&ns) => Err(ApiError::forbidden(
+            subject(rt, object::name(obj)),
+            format!("unable to create new content in namespace {namespace} because it is being terminated"),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// A create as admission sees it, before mutating webhooks: the body checked against the request and converted
+/// to the stored form, server-owned metadata dropped, the namespace resolved and checked. No name is generated
+/// yet (kube-apiserver generates it after mutating admission).
+pub fn decode_create(
+    store: &Store,
     rt: &ResourceType,
     version: &str,
     url_namespace: Option<&str>,
     body: Value,
-    dry_run: bool,
 ) -> Result<Value, ApiError> {
     let mut obj = accept_body(rt, version, body)?;
     let meta = object::metadata_mut(&mut obj);
     for field in SERVER_OWNED {
         meta.remove(*field);
     }
-    // The name: given, or generated from generateName (unique among existing objects).
-    let body_ns = meta.get("namespace").and_then(Value::as_str).map(str::to_string);
-    let generate = meta.get("generateName").and_then(Value::as_str).map(str::to_string);
-    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
-    let namespace = if rt.namespaced {
-        let ns = url_namespace.map(str::to_string).or(body_ns.clone()).unwrap_or_default();
+    if rt.namespaced {
+        let body_ns = meta.get("namespace").and_then(Value::as_str).map(str::to_string);
         if let (Some(url), Some(body)) = (url_namespace, &body_ns)
             && url != body
         {
@@ -246,19 +277,49 @@ pub fn prepare_create(
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
+        let ns = url_namespace.map(str::to_string).or(body_ns).unwrap_or_default();
         if ns.is_empty() {
             return Err(ApiError::bad_request("an empty namespace may not be set during creation"));
         }
-        ns
+        meta.insert("namespace".into(), json!(ns));
     } else {
-        String::new()
-    };
+        meta.remove("namespace");
+    }
+    check_namespace(store, rt, &obj)?;
+    Ok(obj)
+}
+
+/// Applies a custom resource's schema defaults and pruning (what decoding does in kube-apiserver), so mutating
+/// webhooks see a defaulted object. Built-in kinds are left alone.
+pub fn default_object(rt: &ResourceType, version: &str, obj: &mut Value) {
+    if rt.custom
+        && let Some(schema) = rt.version(version).and_then(|v| v.schema.as_ref())
+    {
+        schema.normalize(obj);
+    }
+}
+
+/// A create after mutating admission: the name (generated from `generateName` when missing, avoiding names
+/// `taken` says exist), server-owned metadata, kind-specific rules, then the schema (defaults, pruning,
+/// validation). The CRD of a CRD create is checked here and registered when committed ([`admit_crd`]).
+pub fn finish_create(
+    rt: &ResourceType,
+    version: &str,
+    mut obj: Value,
+    taken: &dyn Fn(&str) -> bool,
+) -> Result<Value, ApiError> {
+    let meta = object::metadata_mut(&mut obj);
+    for field in SERVER_OWNED {
+        meta.remove(*field);
+    }
+    let generate = meta.get("generateName").and_then(Value::as_str).map(str::to_string);
+    let mut name = meta.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
     if name.is_empty()
         && let Some(prefix) = &generate
     {
         name = loop {
             let candidate = format!("{prefix}{}", object::random_suffix());
-            if store.get(&rt.storage_gr(), &(namespace.clone(), candidate.clone())).is_none() {
+            if !taken(&candidate) {
                 break candidate;
             }
         };
@@ -276,33 +337,11 @@ pub fn prepare_create(
     }
     let meta = object::metadata_mut(&mut obj);
     meta.insert("name".into(), json!(name));
-    if rt.namespaced {
-        meta.insert("namespace".into(), json!(namespace));
-    } else {
-        meta.remove("namespace");
-    }
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(object::now()));
     meta.insert("generation".into(), json!(1));
     check_labels_and_annotations(rt, &name, &obj)?;
 
-    if rt.namespaced {
-        let ns_obj = store.get(&resources::GroupResource::new("", "namespaces"), &(String::new(), namespace.clone()));
-        match ns_obj {
-            None => {
-                return Err(ApiError::not_found(Subject { group: "", resource: "namespaces", name: &namespace }));
-            }
-            Some(ns) if is_deleting(&ns) => {
-                return Err(ApiError::forbidden(
-                    subject(rt, &name),
-                    format!("unable to create new content in namespace {namespace} because it is being terminated"),
-                ));
-            }
-            Some(_) => {}
-        }
-    }
-
-    let storage_version = rt.storage_version.clone();
     if rt.custom
         && rt.version(version).is_some_and(|v| v.status)
         && let Some(map) = obj.as_object_mut()
@@ -325,25 +364,13 @@ pub fn prepare_create(
                 fins.push(CRD_CLEANUP.into());
                 object::set_finalizers(&mut obj, &fins);
             }
-            obj = if dry_run {
-                resources::from_crd(&obj).map_err(|p| {
-                    let causes =
-                        p.into_iter().map(|p| cause("FieldValueInvalid", &p.field, p.detail.clone())).collect();
-                    invalid(rt, &name, causes)
-                })?;
-                obj
-            } else if store.get(&rt.gr, &(String::new(), name.clone())).is_some() {
-                // Leave the existing CRD's served type alone; the caller reports AlreadyExists.
-                obj
-            } else {
-                admit_crd(store, &name, obj, None)?
-            };
+            check_crd(rt, &name, &obj, None)?;
         }
         _ => {}
     }
     if rt.custom {
         apply_schema(rt, version, &name, &mut obj)?;
-        obj["apiVersion"] = json!(rt.api_version(&storage_version));
+        obj["apiVersion"] = json!(rt.api_version(&rt.storage_version));
     }
     Ok(obj)
 }
@@ -367,17 +394,16 @@ fn without(obj: &Value, keys: &[&str]) -> Value {
     v
 }
 
-/// Prepares an update of `current` from `body` (PUT, or the result of a patch).
-pub fn prepare_update(
-    store: &mut Store,
+/// An update as admission sees it, before mutating webhooks: the body (PUT, or the result of a patch) checked
+/// against the request and `current` (name, namespace, resourceVersion) and converted to the stored form.
+pub fn decode_update(
     rt: &ResourceType,
     version: &str,
     current: &Value,
     body: Value,
-    part: Part,
     require_rv: bool,
 ) -> Result<Value, ApiError> {
-    let name = object::name(current).to_string();
+    let name = object::name(current);
     let body = accept_body(rt, version, body)?;
     if let Some(body_name) = meta_str(&body, "name")
         && body_name != name
@@ -395,22 +421,31 @@ pub fn prepare_update(
         ));
     }
     match meta_str(&body, "resourceVersion") {
-        Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => {
-            return Err(ApiError::stale(subject(rt, &name)));
-        }
-        None if require_rv && rt.custom => {
-            return Err(invalid(
-                rt,
-                &name,
-                vec![cause(
-                    "FieldValueInvalid",
-                    "metadata.resourceVersion",
-                    "Invalid value: 0x0: must be specified for an update".into(),
-                )],
-            ));
-        }
-        _ => {}
+        Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => Err(ApiError::stale(subject(rt, name))),
+        None if require_rv && rt.custom => Err(invalid(
+            rt,
+            name,
+            vec![cause(
+                "FieldValueInvalid",
+                "metadata.resourceVersion",
+                "Invalid value: 0x0: must be specified for an update".into(),
+            )],
+        )),
+        _ => Ok(body),
     }
+}
+
+/// An update after mutating admission: `body` merged into `current` (status or everything else, server-owned
+/// metadata kept), finalizer and label rules, generation, then the schema. A CRD is checked here and
+/// re-registered when committed ([`admit_crd`]).
+pub fn finish_update(
+    rt: &ResourceType,
+    version: &str,
+    current: &Value,
+    body: Value,
+    part: Part,
+) -> Result<Value, ApiError> {
+    let name = object::name(current).to_string();
     let has_status = rt.version(version).is_some_and(|v| v.status);
     let mut obj = match part {
         Part::Status => {
@@ -485,9 +520,22 @@ pub fn prepare_update(
         obj["apiVersion"] = json!(rt.api_version(&rt.storage_version));
     }
     if rt.special == Special::Crd && part == Part::Main && obj != *current {
-        obj = admit_crd(store, &name, obj, Some(current))?;
+        check_crd(rt, &name, &obj, Some(current))?;
     }
     Ok(obj)
+}
+
+/// [`decode_update`] then [`finish_update`], for writes no webhook looks at.
+pub fn prepare_update(
+    rt: &ResourceType,
+    version: &str,
+    current: &Value,
+    body: Value,
+    part: Part,
+    require_rv: bool,
+) -> Result<Value, ApiError> {
+    let body = decode_update(rt, version, current, body, require_rv)?;
+    finish_update(rt, version, current, body, part)
 }
 
 #[cfg(test)]

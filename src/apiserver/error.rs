@@ -1,5 +1,7 @@
 //! Errors as kube-apiserver reports them: a `Status` object with code, reason, message and details.
 
+use std::borrow::Cow;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
@@ -9,8 +11,8 @@ use serde_json::{Value, json};
 pub struct ApiError {
     /// HTTP status code.
     pub code: u16,
-    /// `Status.reason`, e.g. `NotFound`, `Conflict`, `Invalid`.
-    pub reason: &'static str,
+    /// `Status.reason`, e.g. `NotFound`, `Conflict`, `Invalid` (or whatever an admission webhook answered).
+    pub reason: Cow<'static, str>,
     /// A sentence naming the problem.
     pub message: String,
     /// `Status.details`: name, group, kind and causes, when known.
@@ -51,7 +53,7 @@ impl Subject<'_> {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        ApiError { code, reason, message: message.into(), details: None }
+        ApiError { code, reason: Cow::Borrowed(reason), message: message.into(), details: None }
     }
 
     /// 400 BadRequest.
@@ -166,7 +168,7 @@ impl ApiError {
         let mut details = json!({ "name": subject.name, "group": subject.group, "kind": kind });
         details["causes"] =
             causes.iter().map(|c| json!({ "reason": c.reason, "message": c.message, "field": c.field })).collect();
-        ApiError { code: 422, reason: "Invalid", message, details: Some(details) }
+        ApiError { code: 422, reason: Cow::Borrowed("Invalid"), message, details: Some(details) }
     }
 
     /// 429 TooManyRequests (fault injection).

@@ -17,6 +17,7 @@ use super::resources::{ResourceType, Special};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
+use super::webhook::{self, Matched, Operation, Review, RuleInput};
 use super::{field_validation, managed, printing, strategic_merge, subresources, watch};
 
 /// A JSON response from a value.
@@ -136,36 +137,40 @@ pub async fn resource(
         ("POST", false, None) => {
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
-            create(&shared, &ctx, checked.body, false).map(|r| field_validation::with_warnings(r, &checked.warnings))
+            create(&shared, &ctx, checked.body, false)
+                .await
+                .map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
-            subresources::evict(&shared, &ctx, body)
+            subresources::evict(&shared, &ctx, body).await
         }
         ("PUT", true, None | Some("status")) => {
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
             let part = if sub == Some("status") { Part::Status } else { Part::Main };
-            update(&shared, &ctx, checked.body, part).map(|r| field_validation::with_warnings(r, &checked.warnings))
+            update(&shared, &ctx, checked.body, part)
+                .await
+                .map(|r| field_validation::with_warnings(r, &checked.warnings))
         }
         ("PUT", true, Some("scale")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
-            subresources::update_scale(&shared, &ctx, Some(body), None)
+            subresources::update_scale(&shared, &ctx, Some(body), None).await
         }
         ("PATCH", true, _) => {
             let content_type = content_type(&headers);
             let raw = read_body(body).await?;
-            patch(&shared, &ctx, &content_type, &raw)
+            patch(&shared, &ctx, &content_type, &raw).await
         }
         ("DELETE", true, None) => {
             let raw = read_body(body).await?;
             let options = if raw.is_empty() { json!({}) } else { parse_body(&headers, &raw)? };
-            delete(&shared, &ctx, &options)
+            delete(&shared, &ctx, &options).await
         }
         ("DELETE", false, None) => {
             let raw = read_body(body).await?;
             let options = if raw.is_empty() { json!({}) } else { parse_body(&headers, &raw)? };
-            delete_collection(&shared, &ctx, &options)
+            delete_collection(&shared, &ctx, &options).await
         }
         (m, _, s) => Err(ApiError::method_not_allowed(
             m,
@@ -315,20 +320,122 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
-fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Result<Response, ApiError> {
+/// Attempts at a write whose object changed while webhooks were being called (kube-apiserver's patch handler
+/// retries as often).
+pub const ADMISSION_ATTEMPTS: usize = 5;
+
+/// `CreateOptions`, `UpdateOptions` or `DeleteOptions` as webhooks receive them.
+fn options(ctx: &Ctx<'_>, kind: &str) -> Value {
+    let mut options = json!({"kind": kind, "apiVersion": "meta.k8s.io/v1"});
+    if let Some(manager) = ctx.query.field_manager.as_deref().filter(|m| !m.is_empty()) {
+        options["fieldManager"] = json!(manager);
+    }
+    if ctx.query.dry_run {
+        options["dryRun"] = json!(["All"]);
+    }
+    options
+}
+
+impl Ctx<'_> {
+    /// The namespace admission sees: the object's, or a Namespace's own name for requests on it.
+    fn admission_namespace(&self, namespace: &str) -> String {
+        if self.rt.special == Special::Namespace {
+            self.path.name.clone().unwrap_or_default()
+        } else if self.rt.namespaced {
+            namespace.to_string()
+        } else {
+            String::new()
+        }
+    }
+
+    /// The webhooks whose rules name this request (under the store lock).
+    fn webhooks(&self, shared: &Shared, store: &Store, operation: Operation, namespace: &str) -> Option<Matched> {
+        let input = RuleInput {
+            operation,
+            group: &self.rt.gr.group,
+            version: self.version,
+            resource: &self.rt.gr.resource,
+            subresource: self.path.subresource.as_deref().unwrap_or_default(),
+            namespace,
+        };
+        shared.webhooks.matching(store, &self.rt, &input)
+    }
+
+    /// An admission review of this request.
+    fn review(&self, operation: Operation, namespace: String, object: Option<Value>, old: Option<Value>) -> Review {
+        let name = object.as_ref().or(old.as_ref()).map(|o| object::name(o).to_string()).unwrap_or_default();
+        let kind = match operation {
+            Operation::Create => "CreateOptions",
+            Operation::Update => "UpdateOptions",
+            Operation::Delete => "DeleteOptions",
+        };
+        Review {
+            operation,
+            rt: self.rt.clone(),
+            version: self.version.to_string(),
+            subresource: self.path.subresource.clone().unwrap_or_default(),
+            sub_kind: None,
+            name,
+            namespace,
+            object,
+            old_object: old,
+            options: options(self, kind),
+            dry_run: self.query.dry_run,
+        }
+    }
+}
+
+async fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Result<Response, ApiError> {
     if ctx.rt.special == Special::Review {
         return Ok(json_response(StatusCode::CREATED, &subresources::review(ctx, body)));
     }
     let applied = apply.then(|| managed::leaves(&body, false));
+    let gr = ctx.rt.storage_gr();
+    let (decoded, matched) = {
+        let mut store = shared.lock();
+        let decoded = admission::decode_create(&store, &ctx.rt, ctx.version, ctx.path.namespace.as_deref(), body)?;
+        let namespace = object::namespace(&decoded).to_string();
+        let Some(matched) = ctx.webhooks(shared, &store, Operation::Create, &ctx.admission_namespace(&namespace))
+        else {
+            let taken = |name: &str| store.get(&gr, &(namespace.clone(), name.to_string())).is_some();
+            let obj = admission::finish_create(&ctx.rt, ctx.version, decoded, &taken)?;
+            return commit_create(&mut store, ctx, obj, applied);
+        };
+        (decoded, matched)
+    };
+    // Admission webhooks are called without the lock: mutating ones on the defaulted request, then the
+    // server's own checks, then validating ones on the object about to be stored.
+    let namespace = object::namespace(&decoded).to_string();
+    let mut defaulted = decoded;
+    admission::default_object(&ctx.rt, ctx.version, &mut defaulted);
+    let mut review = ctx.review(Operation::Create, ctx.admission_namespace(&namespace), Some(defaulted), None);
+    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let mutated = review.object.take().unwrap_or_default();
+    if ctx.rt.namespaced && object::namespace(&mutated) != namespace {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    let taken = |name: &str| shared.lock().get(&gr, &(namespace.clone(), name.to_string())).is_some();
+    let obj = admission::finish_create(&ctx.rt, ctx.version, mutated, &taken)?;
+    review.name = object::name(&obj).to_string();
+    review.object = Some(obj);
+    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let obj = review.object.take().unwrap_or_default();
     let mut store = shared.lock();
-    let mut obj = admission::prepare_create(
-        &mut store,
-        &ctx.rt,
-        ctx.version,
-        ctx.path.namespace.as_deref(),
-        body,
-        ctx.query.dry_run,
-    )?;
+    admission::check_namespace(&store, &ctx.rt, &obj)?;
+    let response = commit_create(&mut store, ctx, obj, applied)?;
+    Ok(field_validation::with_warnings(response, &warnings))
+}
+
+/// Stores a created object (its managed fields recorded), unless it exists or the request is a dry run.
+fn commit_create(
+    store: &mut Store,
+    ctx: &Ctx<'_>,
+    mut obj: Value,
+    applied: Option<managed::FieldSet>,
+) -> Result<Response, ApiError> {
+    let apply = applied.is_some();
     let owned = applied.unwrap_or_else(|| managed::leaves(&obj, false));
     managed::record(&mut obj, None, &ctx.manager, apply, owned, &ctx.rt.api_version(ctx.version), "");
     let gr = ctx.rt.storage_gr();
@@ -339,9 +446,11 @@ fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Result<Re
     if ctx.query.dry_run {
         return Ok(json_response(StatusCode::CREATED, &ctx.output(&obj)));
     }
+    if ctx.rt.special == Special::Crd {
+        obj = admission::admit_crd(store, obj, None)?;
+    }
     let stored = store.insert(&gr, obj);
     store.settle();
-    drop(store);
     Ok(json_response(StatusCode::CREATED, &ctx.output(&stored)))
 }
 
@@ -355,12 +464,27 @@ fn commit_update(
     require_rv: bool,
     applied: Option<&Value>,
 ) -> Result<Value, ApiError> {
-    let mut updated = admission::prepare_update(store, &ctx.rt, ctx.version, current, body, part, require_rv)?;
+    let updated = admission::prepare_update(&ctx.rt, ctx.version, current, body, part, require_rv)?;
+    store_update(store, ctx, current, updated, part, applied)
+}
+
+/// Stores an update already admitted; writes nothing when nothing changed or on a dry run.
+fn store_update(
+    store: &mut Store,
+    ctx: &Ctx<'_>,
+    current: &Value,
+    mut updated: Value,
+    part: Part,
+    applied: Option<&Value>,
+) -> Result<Value, ApiError> {
     if let (Some(fields), Part::Main) = (current.pointer("/metadata/managedFields"), part) {
         object::set_meta(&mut updated, "managedFields", fields.clone());
     }
     if updated == *current || ctx.query.dry_run {
         return Ok(ctx.output(&updated));
+    }
+    if ctx.rt.special == Special::Crd && part == Part::Main {
+        updated = admission::admit_crd(store, updated, Some(current))?;
     }
     let status = part == Part::Status;
     let owned = match applied {
@@ -375,11 +499,93 @@ fn commit_update(
     Ok(ctx.output(&stored))
 }
 
-fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
-    let mut store = shared.lock();
-    let current = ctx.require(&store)?;
-    let result = commit_update(&mut store, ctx, &current, body, part, true, None)?;
-    Ok(json_response(StatusCode::OK, &result))
+/// What an update (PUT, or a patch computed from the current object) writes.
+enum Next {
+    /// Update the current object with this body.
+    Update {
+        /// The new object as the client wants it (request version).
+        body: Value,
+        /// A server-side apply's configuration.
+        applied: Option<Value>,
+        /// Whether the body must carry a resourceVersion (PUT of a custom resource).
+        require_rv: bool,
+        /// Field validation warnings.
+        warnings: Vec<String>,
+    },
+    /// The object does not exist and the request creates it (server-side apply).
+    Create {
+        /// The object to create.
+        body: Value,
+        /// Field validation warnings.
+        warnings: Vec<String>,
+    },
+}
+
+/// Updates the object `ctx` names with what `next` computes from the current object (`None`: it does not
+/// exist). `next` is told whether webhooks will be called, in which case it may be asked again after a
+/// concurrent write.
+async fn write_existing<F>(shared: &Shared, ctx: &Ctx<'_>, part: Part, mut next: F) -> Result<Response, ApiError>
+where
+    F: FnMut(Option<&Arc<Value>>, bool) -> Result<Next, ApiError>,
+{
+    let key = ctx.key();
+    let namespace = ctx.admission_namespace(&key.0);
+    for _ in 0..ADMISSION_ATTEMPTS {
+        let step = {
+            let mut store = shared.lock();
+            let current = store.get(&ctx.rt.storage_gr(), &key);
+            let matched = ctx.webhooks(shared, &store, Operation::Update, &namespace);
+            match next(current.as_ref(), matched.is_some())? {
+                Next::Create { body, warnings } => Err((body, warnings)),
+                Next::Update { body, applied, require_rv, warnings } => {
+                    let current = current.ok_or_else(|| ApiError::not_found(ctx.subject(&key.1)))?;
+                    let Some(matched) = matched else {
+                        let result =
+                            commit_update(&mut store, ctx, &current, body, part, require_rv, applied.as_ref())?;
+                        return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
+                    };
+                    let decoded = admission::decode_update(&ctx.rt, ctx.version, &current, body, require_rv)?;
+                    Ok((current, decoded, matched, applied, warnings))
+                }
+            }
+        };
+        let (current, mut decoded, matched, applied, mut warnings) = match step {
+            Ok(admitting) => admitting,
+            Err((body, warnings)) => {
+                return create(shared, ctx, body, true).await.map(|r| field_validation::with_warnings(r, &warnings));
+            }
+        };
+        admission::default_object(&ctx.rt, ctx.version, &mut decoded);
+        let mut review = ctx.review(Operation::Update, namespace.clone(), Some(decoded), Some((*current).clone()));
+        warnings.extend(webhook::mutate(shared, &matched, &mut review).await?);
+        let mutated = review.object.take().unwrap_or_default();
+        review.object = Some(admission::finish_update(&ctx.rt, ctx.version, &current, mutated, part)?);
+        warnings.extend(webhook::validate(shared, &matched, &review).await?);
+        let updated = review.object.take().unwrap_or_default();
+        let mut store = shared.lock();
+        let latest = ctx.require(&store)?;
+        if !Arc::ptr_eq(&latest, &current) {
+            // Written meanwhile: compute the update again from the new state (a stale resourceVersion in the
+            // body then fails with 409).
+            continue;
+        }
+        let result = store_update(&mut store, ctx, &current, updated, part, applied.as_ref())?;
+        return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
+    }
+    Err(ApiError::stale(ctx.subject(&key.1)))
+}
+
+async fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
+    let mut body = Some(body);
+    write_existing(shared, ctx, part, |current, keep| {
+        if current.is_none() {
+            return Err(ApiError::not_found(ctx.subject(&ctx.key().1)));
+        }
+        let body = if keep { body.clone() } else { body.take() };
+        let body = body.ok_or_else(|| ApiError::internal("the update body was used up"))?;
+        Ok(Next::Update { body, applied: None, require_rv: true, warnings: Vec::new() })
+    })
+    .await
 }
 
 /// The patch types we accept.
@@ -466,9 +672,10 @@ pub fn apply_patch(ctx: &Ctx<'_>, kind: PatchKind<'_>, target: &Value, raw: &[u8
 }
 
 /// A patch type with the kind it applies to.
+#[derive(Clone, Copy)]
 pub struct PatchKind<'a>(PatchType, &'a str);
 
-fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Result<Response, ApiError> {
+async fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Result<Response, ApiError> {
     let pt = patch_type(content_type)?;
     if pt == PatchType::Strategic && ctx.rt.custom {
         return Err(ApiError::unsupported_media_type(
@@ -480,50 +687,49 @@ fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Resu
         return Err(ApiError::bad_request("PATCH, fieldManager is required for apply patch"));
     }
     if ctx.path.subresource.as_deref() == Some("scale") {
-        return subresources::update_scale(shared, ctx, None, Some((PatchKind(pt, "Scale"), raw)));
+        return subresources::update_scale(shared, ctx, None, Some((PatchKind(pt, "Scale"), raw))).await;
     }
-    let mut store = shared.lock();
-    let key = ctx.key();
-    let current = match store.get(&ctx.rt.storage_gr(), &key) {
-        Some(c) => c,
-        None if pt == PatchType::Apply && ctx.path.subresource.is_none() => {
-            // Server-side apply creates what does not exist.
-            let mut body: Value = serde_yaml::from_slice(raw)
-                .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
-            object::set_meta(&mut body, "name", json!(key.1));
-            drop(store);
-            let checked = field_validation::check_patched(ctx, Some(field_validation::Raw::Yaml(raw)), body)?;
-            return create(shared, ctx, checked.body, true)
-                .map(|r| field_validation::with_warnings(r, &checked.warnings));
-        }
-        None => return Err(ApiError::not_found(ctx.subject(&key.1))),
-    };
-    let served = ctx.output(&current);
-    let applied = if pt == PatchType::Apply {
-        let config: Value = serde_yaml::from_slice(raw)
-            .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
-        let conflicts = managed::conflicts(&served, &ctx.manager, &config);
-        if !conflicts.is_empty() && !ctx.query.force {
-            let listed: Vec<String> =
-                conflicts.iter().map(|(field, owner)| format!("conflict with \"{owner}\": {field}")).collect();
-            let count =
-                if listed.len() == 1 { "1 conflict".to_string() } else { format!("{} conflicts", listed.len()) };
-            return Err(ApiError::conflict(
-                ctx.subject(&key.1),
-                &format!("Apply failed with {count}: {}", listed.join(", ")),
-            ));
-        }
-        Some(config)
-    } else {
-        None
-    };
-    let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
-    let raw_patch =
-        if pt == PatchType::Apply { field_validation::Raw::Yaml(raw) } else { field_validation::Raw::Json(raw) };
-    let checked = field_validation::check_patched(ctx, Some(raw_patch), patched)?;
     let part = if ctx.path.subresource.as_deref() == Some("status") { Part::Status } else { Part::Main };
-    let result = commit_update(&mut store, ctx, &current, checked.body, part, false, applied.as_ref())?;
-    Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &checked.warnings))
+    write_existing(shared, ctx, part, |current, _| {
+        let key = ctx.key();
+        let current = match current {
+            Some(c) => c,
+            None if pt == PatchType::Apply && ctx.path.subresource.is_none() => {
+                // Server-side apply creates what does not exist.
+                let mut body: Value = serde_yaml::from_slice(raw)
+                    .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
+                object::set_meta(&mut body, "name", json!(key.1));
+                let checked = field_validation::check_patched(ctx, Some(field_validation::Raw::Yaml(raw)), body)?;
+                return Ok(Next::Create { body: checked.body, warnings: checked.warnings });
+            }
+            None => return Err(ApiError::not_found(ctx.subject(&key.1))),
+        };
+        let served = ctx.output(current);
+        let applied = if pt == PatchType::Apply {
+            let config: Value = serde_yaml::from_slice(raw)
+                .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
+            let conflicts = managed::conflicts(&served, &ctx.manager, &config);
+            if !conflicts.is_empty() && !ctx.query.force {
+                let listed: Vec<String> =
+                    conflicts.iter().map(|(field, owner)| format!("conflict with \"{owner}\": {field}")).collect();
+                let count =
+                    if listed.len() == 1 { "1 conflict".to_string() } else { format!("{} conflicts", listed.len()) };
+                return Err(ApiError::conflict(
+                    ctx.subject(&key.1),
+                    &format!("Apply failed with {count}: {}", listed.join(", ")),
+                ));
+            }
+            Some(config)
+        } else {
+            None
+        };
+        let patched = apply_patch(ctx, PatchKind(pt, &ctx.rt.kind), &served, raw)?;
+        let raw_patch =
+            if pt == PatchType::Apply { field_validation::Raw::Yaml(raw) } else { field_validation::Raw::Json(raw) };
+        let checked = field_validation::check_patched(ctx, Some(raw_patch), patched)?;
+        Ok(Next::Update { body: checked.body, applied, require_rv: false, warnings: checked.warnings })
+    })
+    .await
 }
 
 /// Propagation policy from the body's DeleteOptions or the query.
@@ -565,51 +771,133 @@ fn check_preconditions(ctx: &Ctx<'_>, options: &Value, current: &Value) -> Resul
     Ok(())
 }
 
-fn delete(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
+/// Whether a delete is a dry run (query or DeleteOptions).
+fn delete_dry_run(ctx: &Ctx<'_>, options: &Value) -> bool {
+    ctx.query.dry_run || options["dryRun"].as_array().is_some_and(|a| !a.is_empty())
+}
+
+async fn delete(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
     let policy = propagation(ctx, options)?;
-    let dry_run = ctx.query.dry_run || options["dryRun"].as_array().is_some_and(|a| !a.is_empty());
-    let mut store = shared.lock();
-    let current = ctx.require(&store)?;
-    check_preconditions(ctx, options, &current)?;
-    if dry_run {
-        return Ok(json_response(StatusCode::OK, &ctx.output(&current)));
-    }
-    match store.delete(&ctx.rt.storage_gr(), &ctx.key(), policy) {
-        Some(DeleteOutcome::Deleted(last)) => Ok(json_response(StatusCode::OK, &ctx.output(&last))),
-        Some(DeleteOutcome::Pending(obj)) => Ok(json_response(StatusCode::OK, &ctx.output(&obj))),
-        None => Err(ApiError::not_found(ctx.subject(&ctx.key().1))),
+    let key = ctx.key();
+    match delete_one(shared, ctx, &key, options, policy).await? {
+        Some((obj, warnings)) => {
+            Ok(field_validation::with_warnings(json_response(StatusCode::OK, &ctx.output(&obj)), &warnings))
+        }
+        None => Err(ApiError::not_found(ctx.subject(&key.1))),
     }
 }
 
-fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
-    let policy = propagation(ctx, options)?;
-    let (labels, fields) = selectors(ctx)?;
-    let mut store = shared.lock();
+/// Deletes one object after its DELETE webhooks allowed it: the deleted (or pending, or for a dry run the
+/// current) object and the webhooks' warnings; `None` when it does not exist.
+async fn delete_one(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    key: &ObjectKey,
+    options: &Value,
+    policy: Propagation,
+) -> Result<Option<(Arc<Value>, Vec<String>)>, ApiError> {
     let gr = ctx.rt.storage_gr();
-    let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
-    let keys: Vec<ObjectKey> = store
-        .list(&gr, namespace, None)
-        .filter(|(_, stored)| matches(&labels, &fields, &ctx.output(stored)))
-        .map(|(k, _)| k.clone())
-        .collect();
-    let mut items = Vec::new();
-    for key in keys {
-        if ctx.query.dry_run {
-            if let Some(obj) = store.get(&gr, &key) {
-                items.push(ctx.output(&obj));
-            }
+    let dry_run = delete_dry_run(ctx, options);
+    let namespace = ctx.admission_namespace(&key.0);
+    let remove = |store: &mut Store, current: Arc<Value>, warnings: Vec<String>| {
+        if dry_run {
+            return Some((current, warnings));
+        }
+        match store.delete(&gr, key, policy) {
+            Some(DeleteOutcome::Deleted(obj) | DeleteOutcome::Pending(obj)) => Some((obj, warnings)),
+            None => None,
+        }
+    };
+    for _ in 0..ADMISSION_ATTEMPTS {
+        let (current, matched) = {
+            let mut store = shared.lock();
+            let Some(current) = store.get(&gr, key) else { return Ok(None) };
+            check_preconditions(ctx, options, &current)?;
+            let Some(matched) = ctx.webhooks(shared, &store, Operation::Delete, &namespace) else {
+                return Ok(remove(&mut store, current, Vec::new()));
+            };
+            (current, matched)
+        };
+        let mut review = ctx.review(Operation::Delete, namespace.clone(), None, Some((*current).clone()));
+        review.name = key.1.clone();
+        review.dry_run = dry_run;
+        let mut delete_options = options.clone();
+        if !delete_options.is_object() {
+            delete_options = json!({});
+        }
+        delete_options["kind"] = json!("DeleteOptions");
+        delete_options["apiVersion"] = json!("meta.k8s.io/v1");
+        if let Some(policy) = &ctx.query.propagation_policy
+            && delete_options.get("propagationPolicy").is_none()
+        {
+            delete_options["propagationPolicy"] = json!(policy);
+        }
+        if dry_run {
+            delete_options["dryRun"] = json!(["All"]);
+        }
+        review.options = delete_options;
+        let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+        warnings.extend(webhook::validate(shared, &matched, &review).await?);
+        let mut store = shared.lock();
+        let Some(latest) = store.get(&gr, key) else { return Ok(None) };
+        if !Arc::ptr_eq(&latest, &current) {
             continue;
         }
-        match store.delete(&gr, &key, policy) {
-            Some(DeleteOutcome::Deleted(obj) | DeleteOutcome::Pending(obj)) => items.push(ctx.output(&obj)),
-            None => {}
+        return Ok(remove(&mut store, current, warnings));
+    }
+    Err(ApiError::stale(ctx.subject(&key.1)))
+}
+
+async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Response, ApiError> {
+    let policy = propagation(ctx, options)?;
+    let (labels, fields) = selectors(ctx)?;
+    let gr = ctx.rt.storage_gr();
+    let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
+    let dry_run = delete_dry_run(ctx, options);
+    let keys = {
+        let mut store = shared.lock();
+        let keys: Vec<ObjectKey> = store
+            .list(&gr, namespace, None)
+            .filter(|(_, stored)| matches(&labels, &fields, &ctx.output(stored)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !shared.webhooks.any(&store) {
+            // No webhooks: the whole collection goes in one locked step.
+            let mut items = Vec::new();
+            for key in keys {
+                let outcome = if dry_run { store.get(&gr, &key) } else { deleted(store.delete(&gr, &key, policy)) };
+                items.extend(outcome.map(|obj| ctx.output(&obj)));
+            }
+            return Ok(deleted_list(ctx, items, store.rv()));
+        }
+        keys
+    };
+    // Each object is its own DELETE for admission, as in kube-apiserver.
+    let mut items = Vec::new();
+    let mut warnings = Vec::new();
+    for key in keys {
+        if let Some((obj, more)) = delete_one(shared, ctx, &key, options, policy).await? {
+            items.push(ctx.output(&obj));
+            warnings.extend(more);
         }
     }
+    let rv = shared.lock().rv();
+    Ok(field_validation::with_warnings(deleted_list(ctx, items, rv), &warnings))
+}
+
+fn deleted(outcome: Option<DeleteOutcome>) -> Option<Arc<Value>> {
+    match outcome {
+        Some(DeleteOutcome::Deleted(obj) | DeleteOutcome::Pending(obj)) => Some(obj),
+        None => None,
+    }
+}
+
+fn deleted_list(ctx: &Ctx<'_>, items: Vec<Value>, rv: u64) -> Response {
     let list = json!({
         "kind": ctx.rt.list_kind,
         "apiVersion": ctx.rt.api_version(ctx.version),
-        "metadata": {"resourceVersion": store.rv().to_string()},
+        "metadata": {"resourceVersion": rv.to_string()},
         "items": items,
     });
-    Ok(json_response(StatusCode::OK, &list))
+    json_response(StatusCode::OK, &list)
 }

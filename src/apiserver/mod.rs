@@ -26,5 +26,6 @@ pub mod strategic_merge;
 mod subresources;
 mod tls;
 mod watch;
+mod webhook;
 
 pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError};

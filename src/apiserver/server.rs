@@ -73,6 +73,8 @@ pub struct Shared {
     pub faults: Faults,
     /// OpenAPI documents of the latest registry generation.
     openapi: openapi::Cache,
+    /// The admission webhook configurations, compiled.
+    pub(crate) webhooks: super::webhook::Cache,
 }
 
 impl Shared {
@@ -212,6 +214,7 @@ impl ApiServer {
             address: addr.to_string(),
             faults: Faults::default(),
             openapi: openapi::Cache::default(),
+            webhooks: super::webhook::Cache::default(),
         });
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);

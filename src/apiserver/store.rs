@@ -131,6 +131,9 @@ pub struct Store {
     tx: broadcast::Sender<Arc<WatchEvent>>,
     history_limit: usize,
     tasks: VecDeque<Task>,
+    /// Bumped by every write of an `admissionregistration.k8s.io` object (webhook configurations are compiled
+    /// again when it moves); 0 while there has been none.
+    admission_generation: u64,
 }
 
 impl Store {
@@ -146,6 +149,7 @@ impl Store {
             tx,
             history_limit: history_limit.max(1),
             tasks: VecDeque::new(),
+            admission_generation: 0,
         }
     }
 
@@ -157,6 +161,17 @@ impl Store {
     /// The newest resourceVersion.
     pub fn rv(&self) -> u64 {
         self.rv
+    }
+
+    /// Changes whenever an `admissionregistration.k8s.io` object is written; 0 while none ever was.
+    pub fn admission_generation(&self) -> u64 {
+        self.admission_generation
+    }
+
+    fn note_admission_change(&mut self, gr: &GroupResource) {
+        if gr.group == crate::apiserver::webhook::GROUP {
+            self.admission_generation += 1;
+        }
     }
 
     /// Sets the counter (restoring persisted state); never moves it backwards.
@@ -221,6 +236,7 @@ impl Store {
     }
 
     fn record(&mut self, event: WatchEvent) {
+        self.note_admission_change(&event.gr);
         let event = Arc::new(event);
         let c = self.collections.entry(event.gr.clone()).or_default();
         c.history.push_back(event.clone());
@@ -269,6 +285,7 @@ impl Store {
 
     /// Restores an object exactly as persisted (no new resourceVersion, no event).
     pub fn restore(&mut self, gr: &GroupResource, obj: Value) {
+        self.note_admission_change(gr);
         let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
         let obj = Arc::new(obj);
         self.index(gr, &key, &obj, true);

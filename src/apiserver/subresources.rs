@@ -1,17 +1,20 @@
 //! The `scale` and `eviction` subresources, and the review kinds (answered, never stored).
 
+use std::sync::Arc;
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::admission::Part;
 use super::error::{ApiError, Subject};
-use super::handlers::{Ctx, PatchKind, apply_patch, json_response};
+use super::handlers::{ADMISSION_ATTEMPTS, Ctx, PatchKind, apply_patch, json_response};
 use super::object::{self, get_path, set_path};
 use super::resources::GroupResource;
 use super::selectors::LabelSelector;
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
+use super::webhook::{self, Operation, Review, RuleInput};
 
 /// The `autoscaling/v1` Scale view of an object.
 pub fn scale_view(ctx: &Ctx<'_>, stored: &Value) -> Value {
@@ -43,47 +46,41 @@ pub fn scale_view(ctx: &Ctx<'_>, stored: &Value) -> Value {
     })
 }
 
-/// PUT (a Scale body) or PATCH (a patch of the Scale view) of the scale subresource.
-pub fn update_scale(
-    shared: &Shared,
-    ctx: &Ctx<'_>,
-    body: Option<Value>,
-    patch: Option<(PatchKind<'_>, &[u8])>,
-) -> Result<Response, ApiError> {
-    let mut store = shared.lock();
-    let current = ctx.require(&store)?;
-    let view = scale_view(ctx, &current);
-    let scale = match (body, patch) {
-        (Some(body), _) => body,
-        (None, Some((kind, raw))) => apply_patch(ctx, kind, &view, raw)?,
-        (None, None) => return Err(ApiError::bad_request("a scale update needs a body")),
-    };
-    let name = object::name(&current).to_string();
-    if let Some(rv) = object::meta_str(&scale, "resourceVersion")
-        && Some(rv) != object::meta_str(&current, "resourceVersion")
+/// The replicas a Scale asks for, checked against the current object's resourceVersion.
+fn wanted_replicas(ctx: &Ctx<'_>, scale: &Value, current: &Value) -> Result<i64, ApiError> {
+    let name = object::name(current);
+    if let Some(rv) = object::meta_str(scale, "resourceVersion")
+        && Some(rv) != object::meta_str(current, "resourceVersion")
     {
-        return Err(ApiError::stale(ctx.subject(&name)));
+        return Err(ApiError::stale(ctx.subject(name)));
     }
-    let Some(replicas) = scale.pointer("/spec/replicas").and_then(Value::as_i64) else {
-        return Err(ApiError::invalid(
-            ctx.subject(&name),
+    scale.pointer("/spec/replicas").and_then(Value::as_i64).ok_or_else(|| {
+        ApiError::invalid(
+            ctx.subject(name),
             "Scale",
             vec![super::error::Cause {
                 reason: "FieldValueRequired".into(),
                 field: "spec.replicas".into(),
                 message: "Required value".into(),
             }],
-        ));
-    };
+        )
+    })
+}
+
+/// The object with `replicas` written at the type's spec replicas path, prepared as an update.
+fn scaled(ctx: &Ctx<'_>, current: &Value, replicas: i64) -> Result<Value, ApiError> {
     let spec_path = ctx
         .rt
         .version(ctx.version)
         .and_then(|v| v.scale.as_ref())
         .map_or(".spec.replicas".to_string(), |s| s.spec_replicas.clone());
-    let mut updated = ctx.output(&current);
+    let mut updated = ctx.output(current);
     set_path(&mut updated, &spec_path, json!(replicas));
-    let prepared =
-        super::admission::prepare_update(&mut store, &ctx.rt, ctx.version, &current, updated, Part::Main, false)?;
+    super::admission::prepare_update(&ctx.rt, ctx.version, current, updated, Part::Main, false)
+}
+
+/// Stores a scaled object (nothing when nothing changed or on a dry run) and answers its Scale.
+fn store_scaled(store: &mut Store, ctx: &Ctx<'_>, current: Arc<Value>, prepared: Value) -> Response {
     let stored = if prepared == *current || ctx.query.dry_run {
         current
     } else {
@@ -91,7 +88,74 @@ pub fn update_scale(
         store.settle();
         stored
     };
-    Ok(json_response(StatusCode::OK, &scale_view(ctx, &stored)))
+    json_response(StatusCode::OK, &scale_view(ctx, &stored))
+}
+
+/// PUT (a Scale body) or PATCH (a patch of the Scale view) of the scale subresource. Webhooks whose rules name
+/// `<resource>/scale` see the `autoscaling/v1` Scale.
+pub async fn update_scale(
+    shared: &Shared,
+    ctx: &Ctx<'_>,
+    body: Option<Value>,
+    patch: Option<(PatchKind<'_>, &[u8])>,
+) -> Result<Response, ApiError> {
+    let key = ctx.key();
+    let namespace = if ctx.rt.namespaced { key.0.clone() } else { String::new() };
+    for _ in 0..ADMISSION_ATTEMPTS {
+        let (current, view, scale, matched) = {
+            let mut store = shared.lock();
+            let current = ctx.require(&store)?;
+            let view = scale_view(ctx, &current);
+            let scale = match (&body, &patch) {
+                (Some(body), _) => body.clone(),
+                (None, Some((kind, raw))) => apply_patch(ctx, *kind, &view, raw)?,
+                (None, None) => return Err(ApiError::bad_request("a scale update needs a body")),
+            };
+            let replicas = wanted_replicas(ctx, &scale, &current)?;
+            let input = RuleInput {
+                operation: Operation::Update,
+                group: &ctx.rt.gr.group,
+                version: ctx.version,
+                resource: &ctx.rt.gr.resource,
+                subresource: "scale",
+                namespace: &namespace,
+            };
+            let Some(matched) = shared.webhooks.matching(&store, &ctx.rt, &input) else {
+                let prepared = scaled(ctx, &current, replicas)?;
+                return Ok(store_scaled(&mut store, ctx, current, prepared));
+            };
+            (current, view, scale, matched)
+        };
+        let mut review = Review {
+            operation: Operation::Update,
+            rt: ctx.rt.clone(),
+            version: ctx.version.to_string(),
+            subresource: "scale".into(),
+            sub_kind: Some(webhook::SCALE),
+            name: key.1.clone(),
+            namespace: namespace.clone(),
+            object: Some(scale),
+            old_object: Some(view),
+            options: json!({"kind": "UpdateOptions", "apiVersion": "meta.k8s.io/v1"}),
+            dry_run: ctx.query.dry_run,
+        };
+        if ctx.query.dry_run {
+            review.options["dryRun"] = json!(["All"]);
+        }
+        let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+        let scale = review.object.as_ref().cloned().unwrap_or_default();
+        let replicas = wanted_replicas(ctx, &scale, &current)?;
+        let prepared = scaled(ctx, &current, replicas)?;
+        warnings.extend(webhook::validate(shared, &matched, &review).await?);
+        let mut store = shared.lock();
+        let latest = ctx.require(&store)?;
+        if !Arc::ptr_eq(&latest, &current) {
+            continue;
+        }
+        let response = store_scaled(&mut store, ctx, current, prepared);
+        return Ok(super::field_validation::with_warnings(response, &warnings));
+    }
+    Err(ApiError::stale(ctx.subject(&key.1)))
 }
 
 /// Answers a review kind (`SelfSubjectAccessReview`, `TokenReview`, ...): everything is allowed, every token
@@ -149,8 +213,43 @@ fn budget(pdb: &Value, pods: &[Value]) -> Result<(i64, i64, i64), String> {
     Ok((healthy, desired, expected))
 }
 
-/// `POST pods/{name}/eviction`: deletes the pod unless a PodDisruptionBudget forbids it (429).
-pub fn evict(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
+/// `POST pods/{name}/eviction`: deletes the pod unless a PodDisruptionBudget forbids it (429). Webhooks whose
+/// rules name `pods/eviction` (CREATE) see the `policy/v1` Eviction first.
+pub async fn evict(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
+    let key = ctx.key();
+    let matched = {
+        let store = shared.lock();
+        let input = RuleInput {
+            operation: Operation::Create,
+            group: "",
+            version: ctx.version,
+            resource: "pods",
+            subresource: "eviction",
+            namespace: &key.0,
+        };
+        shared.webhooks.matching(&store, &ctx.rt, &input)
+    };
+    let Some(matched) = matched else { return evict_now(shared, ctx, body) };
+    let mut review = Review {
+        operation: Operation::Create,
+        rt: ctx.rt.clone(),
+        version: ctx.version.to_string(),
+        subresource: "eviction".into(),
+        sub_kind: Some(webhook::EVICTION),
+        name: key.1.clone(),
+        namespace: key.0.clone(),
+        object: Some(body),
+        old_object: None,
+        options: json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
+        dry_run: ctx.query.dry_run,
+    };
+    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let body = review.object.take().unwrap_or_default();
+    evict_now(shared, ctx, body).map(|r| super::field_validation::with_warnings(r, &warnings))
+}
+
+fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
     let mut store = shared.lock();
     let pod = ctx.require(&store)?;
     let ns = object::namespace(&pod).to_string();

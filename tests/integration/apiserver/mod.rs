@@ -11,3 +11,5 @@ mod kubectl_workflow;
 mod lease;
 mod lifecycle;
 mod watch;
+mod webhook_server;
+mod webhooks;
