@@ -197,12 +197,7 @@ pub fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
         serde_json::from_slice(raw)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?
     } else if ct.contains("protobuf") {
-        return Err(ApiError::with_code(
-            415,
-            "UnsupportedMediaType",
-            "the embedded API server speaks JSON and YAML, not protobuf (kubectl's imperative `create <kind>` \
-             generators send protobuf): write the object to a file and use `kubectl create -f` or `kubectl apply -f`",
-        ));
+        super::protobuf::decode(raw)?
     } else {
         return Err(ApiError::unsupported_media_type(&ct, &["application/json", "application/yaml"]));
     };

@@ -45,10 +45,21 @@ async fn clusterctl_init_then_a_generated_cluster_scales_rolls_heals_and_goes() 
         let vm = cloud.cloud.vm(provider_id).unwrap_or_else(|| panic!("no VM {provider_id}"));
         assert_eq!(vm.machine_name, node, "core linked the Node of the VM");
     }
+    m.wait("the MachineDeployment counting 3 available replicas", || async {
+        let deployments = list(&m.client, &capi("MachineDeployment", "machinedeployments"), "").await;
+        (deployments.len() == 1 && deployments[0].pointer("/status/availableReplicas") == Some(&json!(3))).then_some(())
+    })
+    .await;
     let describe = m.clusterctl_ok(&["describe", "cluster", "demo", "-n", NS, "--grouping=false"]).await;
     println!("{describe}");
-    assert!(describe.contains("MachineDeployment/demo-md-0"), "{describe}");
-    assert_eq!(describe.lines().filter(|l| l.contains("Machine/demo-md-0")).count(), 3, "{describe}");
+    let deployment = describe
+        .lines()
+        .find(|l| l.contains("MachineDeployment demo/demo-md-0"))
+        .unwrap_or_else(|| panic!("{describe}"));
+    assert!(deployment.contains("3/3") && deployment.contains("True"), "{describe}");
+    let machines: Vec<&str> = describe.lines().filter(|l| l.contains("Machine demo/demo-md-0-")).collect();
+    assert_eq!(machines.len(), 3, "{describe}");
+    assert!(machines.iter().all(|l| l.contains("True") && l.contains("Ready")), "{describe}");
 
     // kubectl scale 3 -> 5 -> 1.
     for replicas in [5, 1] {
@@ -59,7 +70,7 @@ async fn clusterctl_init_then_a_generated_cluster_scales_rolls_heals_and_goes() 
     // A template change rolls every machine: a new MCMMachineTemplate, the deployment pointed at it.
     let templates = list(&m.client, &infra("MCMMachineTemplate", "mcmmachinetemplates"), "").await;
     let mut template = templates.iter().find(|t| text(t, "/metadata/name") == "demo-md-0").unwrap().clone();
-    template["metadata"] = json!({"name": "demo-md-1"});
+    template["metadata"] = json!({"name": "demo-md-1", "namespace": NS});
     template["spec"]["template"]["spec"]["inlineClass"]["providerSpec"]["machineType"] = json!("m.large");
     kubectl.run(&["apply", "-f", kubectl.file("template.yaml", &template.to_string()).to_str().unwrap()]).await;
     kubectl.run(&["scale", "-n", NS, "machinedeployment/demo-md-0", "--replicas=2"]).await;
