@@ -15,7 +15,7 @@ use super::names::{DEFAULT_PRIORITY, NODE_LABEL, PRIORITY_ANNOTATION, text};
 use super::retry::RetryClass;
 use super::status::{self, StatusPatch};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, CreateMachineResponse, DriverError, MachineStatusResponse};
+use crate::providers::{Code, CreateMachineResponse, DriverError, MachineStatusResponse, identity};
 
 /// The machine's providerID ("" counts as none).
 pub fn provider_id(machine: &Machine) -> Option<&str> {
@@ -180,7 +180,7 @@ pub fn stale_node(now: Timestamp) -> StatusPatch {
 }
 
 /// The merge patch recording an adopted VM on the Machine: the `node` label (with a target cluster), the priority
-/// annotation if absent, and `spec.providerID`. `None` when all are in place.
+/// annotation if absent, and `spec.providerID` unless it already names that VM. `None` when all are in place.
 pub fn adoption_patch(machine: &Machine, node_name: &str, provider_id: &str, target: bool) -> Option<Value> {
     let mut metadata = Map::new();
     if target && !node_name.is_empty() && node_label(machine) != Some(node_name) {
@@ -194,7 +194,10 @@ pub fn adoption_patch(machine: &Machine, node_name: &str, provider_id: &str, tar
     if !metadata.is_empty() {
         patch.insert("metadata".into(), Value::Object(metadata));
     }
-    if !provider_id.is_empty() && machine.spec.provider_id.as_deref() != Some(provider_id) {
+    // A providerID naming the same VM in another spelling (MCM's AWS region form, where the driver reports the
+    // zone form) is kept: the MCM flavour matches Nodes by name, and the Machine stays as MCM wrote it.
+    let recorded = machine.spec.provider_id.as_deref().is_some_and(|p| identity::same_vm(p, provider_id));
+    if !provider_id.is_empty() && !recorded {
         patch.insert("spec".into(), json!({ "providerID": provider_id }));
     }
     (!patch.is_empty()).then_some(Value::Object(patch))
@@ -401,6 +404,27 @@ mod tests {
         ];
         for (name, m, target, want) in cases {
             assert_eq!(adoption_patch(m, "n1", "p", target), want, "{name}");
+        }
+        // The providerID on the Machine against the one the driver reports.
+        let cases = [
+            (
+                "MCM's AWS region form, the zone form reported: kept",
+                "aws:///eu-west-1/i-1",
+                "aws:///eu-west-1a/i-1",
+                None,
+            ),
+            (
+                "another instance: replaced",
+                "aws:///eu-west-1/i-1",
+                "aws:///eu-west-1a/i-2",
+                Some(json!({"spec": {"providerID": "aws:///eu-west-1a/i-2"}})),
+            ),
+            ("the same spelling", "aws:///eu-west-1a/i-1", "aws:///eu-west-1a/i-1", None),
+        ];
+        for (name, recorded, reported, want) in cases {
+            let mut m = done.clone();
+            m.spec.provider_id = Some(recorded.to_string());
+            assert_eq!(adoption_patch(&m, "n1", reported, true), want, "{name}");
         }
     }
 

@@ -76,6 +76,45 @@ pub fn paused(cluster: Option<&Cluster>, annotations: Option<&BTreeMap<String, S
         || annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
 }
 
+/// What the orphan collector knows of one MCMMachine that uses a class.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClassUser<'a> {
+    /// The MCMMachine, as `namespace/name` (for the reason given).
+    pub machine: &'a str,
+    /// Its annotations.
+    pub annotations: Option<&'a BTreeMap<String, String>>,
+    /// Its `cluster.x-k8s.io/cluster-name` label.
+    pub cluster_name: Option<&'a str>,
+    /// That Cluster, if it was found.
+    pub cluster: Option<&'a Cluster>,
+}
+
+/// Why no VM of a class may be collected as an orphan now, given the MCMMachines that use the class; `None` when
+/// collection may go ahead.
+///
+/// `clusterctl move` pauses the Cluster, copies its objects to the target management cluster and deletes them
+/// from the source. Meanwhile the providers on both sides list VMs whose MCMMachines are not there yet (target)
+/// or not any more (source). So a class is held while any MCMMachine using it is paused (the
+/// `cluster.x-k8s.io/paused` annotation), or its Cluster is paused (`spec.paused`, or the annotation on the
+/// Cluster), or its Cluster is not known (no cluster-name label, or no such Cluster: during a move it may be gone
+/// already or not there yet). Collection never acts on uncertainty.
+pub fn orphan_collection_held(users: &[ClassUser<'_>]) -> Option<String> {
+    users.iter().find_map(|u| {
+        let machine = u.machine;
+        if u.annotations.is_some_and(|a| a.contains_key(PAUSED_ANNOTATION)) {
+            return Some(format!("MCMMachine {machine} is paused ({PAUSED_ANNOTATION})"));
+        }
+        let Some(name) = u.cluster_name.filter(|n| !n.is_empty()) else {
+            return Some(format!("MCMMachine {machine} names no Cluster (label cluster.x-k8s.io/cluster-name)"));
+        };
+        let Some(cluster) = u.cluster else {
+            return Some(format!("the Cluster {name} of MCMMachine {machine} is not found"));
+        };
+        paused(Some(cluster), cluster.metadata.annotations.as_ref())
+            .then(|| format!("the Cluster {name} of MCMMachine {machine} is paused"))
+    })
+}
+
 /// Whether an object passes `--watch-filter`: without a filter everything does; with one, only objects labelled
 /// `cluster.x-k8s.io/watch-filter=<value>`.
 pub fn passes_filter(filter: Option<&str>, labels: Option<&BTreeMap<String, String>>) -> bool {

@@ -28,7 +28,7 @@ use super::create;
 use super::names::{NODE_FINALIZER, NOT_MANAGED_ANNOTATION};
 use super::status::{self, StatusPatch};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, tags};
+use crate::providers::{Code, identity, tags};
 
 /// The shortest wait between two probes or two collections, so a zero flag value cannot spin.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
@@ -112,7 +112,7 @@ impl Claimant {
 /// Why a VM is not an orphan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
-    /// A Machine of that name carries its providerID.
+    /// A Machine of that name carries its providerID (in any spelling of it).
     ProviderId,
     /// A Machine of that name is still being created (phase empty or `CrashLoopBackOff`): the VM may be the one
     /// its create call just made, before the providerID is written.
@@ -139,13 +139,15 @@ impl Claims {
         Claims { by_name, creating: creating.into_iter().collect() }
     }
 
-    /// Who claims the VM `provider_id` listed for machine `name`, if anyone.
+    /// Who claims the VM `provider_id` listed for machine `name`, if anyone. A Machine's providerID claims the VM
+    /// in any spelling of it (MCM's AWS region form `aws:///<region>/<id>` and the zone form a driver lists now
+    /// are one instance: [`identity::same_vm`]).
     pub fn claim(&self, provider_id: &str, name: &str) -> Option<Claim> {
         if self.creating.contains(name) {
             return Some(Claim::CreateFlowRunning);
         }
         let machines = self.by_name.get(name)?;
-        if machines.iter().any(|m| m.provider_id.as_deref() == Some(provider_id)) {
+        if machines.iter().any(|m| m.provider_id.as_deref().is_some_and(|id| identity::same_vm(id, provider_id))) {
             return Some(Claim::ProviderId);
         }
         machines.iter().any(|m| being_created(m.phase.as_ref())).then_some(Claim::CreationInProgress)
@@ -387,6 +389,25 @@ mod tests {
         }
     }
 
+    #[test]
+    fn claims_match_any_spelling_of_the_vm() {
+        use MachinePhase::*;
+        // name, the Machine's providerID, the providerID the driver lists, claimed?
+        let cases = [
+            ("AWS region form on the Machine, zone form listed", "aws:///eu-west-1/i-1", "aws:///eu-west-1a/i-1", true),
+            ("AWS zone form on the Machine, region form listed", "aws:///eu-west-1a/i-1", "aws:///eu-west-1/i-1", true),
+            ("AWS other instance", "aws:///eu-west-1/i-1", "aws:///eu-west-1a/i-2", false),
+            ("GCE two and three slashes", "gce:///p/europe-west1-b/m1", "gce://p/europe-west1-b/m1", true),
+            ("in-memory other zone is another VM", "inmemory:///local-a/i-1", "inmemory:///local-b/i-1", false),
+        ];
+        for (name, on_machine, listed, want) in cases {
+            for phase in [Running, Pending, Failed] {
+                let got = claims(&[m("a", Some(on_machine), Some(phase.clone()))], &[]).claim(listed, "a");
+                assert_eq!(got, want.then_some(Claim::ProviderId), "{name}, {phase:?}");
+            }
+        }
+    }
+
     /// One row: the first listing, the cache, a second listing, a fresh read, the create flows running at the
     /// confirmation, and the VMs deleted.
     struct Row {
@@ -504,6 +525,16 @@ mod tests {
                 creating: vec![],
                 suspects: vec!["id-f"],
                 deleted: vec!["id-f"],
+            },
+            Row {
+                name: "MCM's region-form providerID, the zone form listed: kept",
+                first: vec![("aws:///eu-west-1a/i-1", "r")],
+                cached: vec![running("r", "aws:///eu-west-1/i-1")],
+                second: vec![("aws:///eu-west-1a/i-1", "r")],
+                fresh: vec![running("r", "aws:///eu-west-1/i-1")],
+                creating: vec![],
+                suspects: vec![],
+                deleted: vec![],
             },
             Row {
                 name: "VM created after the first listing is not a suspect",

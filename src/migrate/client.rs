@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 
+use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::{Api, Client, Resource};
 use serde::Serialize;
@@ -116,7 +117,7 @@ where
     }
 }
 
-/// The MCM and CAPI objects the plan reads.
+/// The MCM and CAPI objects the plan reads, and the providerIDs of the Nodes.
 pub async fn inventory(client: &Client, target: &Target) -> Result<Inventory, MigrateError> {
     let ns = &target.namespace;
     Ok(Inventory {
@@ -127,6 +128,11 @@ pub async fn inventory(client: &Client, target: &Target) -> Result<Inventory, Mi
         cluster: get(&api::<capi::Cluster>(client, ns), &target.cluster_name).await?,
         mcm_cluster: get(&api::<infra::MCMCluster>(client, ns), &target.cluster_name).await?,
         capi_deployments: list(&api::<capi::MachineDeployment>(client, ns)).await?,
+        node_provider_ids: list(&Api::<Node>::all(client.clone()))
+            .await?
+            .into_iter()
+            .filter_map(|n| Some((n.metadata.name?, n.spec?.provider_id.filter(|p| !p.is_empty())?)))
+            .collect(),
     })
 }
 

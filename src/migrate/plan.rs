@@ -8,7 +8,7 @@
 //! | MachineDeployment `d` | MachineDeployment `d` (`convert::deployment_to_capi`), `infrastructureRef` → MCMMachineTemplate `d` |
 //! | the deployment's template class (a MachineClass) | MCMMachineTemplate `d` whose `spec.template.spec.class` names it |
 //! | the active MachineSet `s` | MachineSet `s` (`convert::machine_set_to_capi`), owned by the CAPI deployment |
-//! | Machine `m` (providerID `p`, Node `n`) | Machine `m` (providerID `p`) owned by `s`, and MCMMachine `m` (providerID `p`, the class) owned by it |
+//! | Machine `m` (providerID `p`, Node `n`) | Machine `m` (providerID `p`, or the spelling of that VM Node `n` carries: [`handed_over_provider_id`]) owned by `s`, and MCMMachine `m` (the same providerID, the class) owned by it |
 //! | — | Cluster `--cluster-name` and its MCMCluster, when absent |
 //!
 //! Names are kept: the in-memory and the real drivers tag VMs with the machine name, and the orphan collectors
@@ -32,6 +32,7 @@ use crate::lifecycle::machine_deployment::autoscaler::TRIGGER_DELETION_BY_MCM;
 use crate::lifecycle::machine_deployment::template::find_new_machine_set;
 use crate::lifecycle::machine_set::{FREEZE_LABEL, FREEZE_VALUE};
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, NODE_LABEL, PRIORITY_ANNOTATION};
+use crate::providers::identity;
 
 /// Where the CAPI objects go.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub struct Inventory {
     pub mcm_cluster: Option<MCMCluster>,
     /// CAPI MachineDeployments (a name taken by one `mcm migrate` did not make blocks).
     pub capi_deployments: Vec<capi::MachineDeployment>,
+    /// `spec.providerID` of the Nodes that name one, by Node name: CAPI core links a Machine to the Node whose
+    /// providerID equals the Machine's, so a handed-over machine carries its Node's spelling.
+    pub node_provider_ids: BTreeMap<String, String>,
 }
 
 /// One machine's CAPI pair.
@@ -315,6 +319,21 @@ pub fn plan(inventory: &Inventory, target: &Target) -> Plan {
     Plan { cluster, mcm_cluster, deployments, summary }
 }
 
+/// The providerID a handed-over machine carries: the one its Node carries when the Node names one, else the MCM
+/// Machine's. MCM matches Nodes by name, so an MCM Machine may spell its VM otherwise than the Node does (MCM's AWS
+/// provider wrote `aws:///<region>/<id>`, the cloud-controller writes `aws:///<zone>/<id>`); CAPI core matches by
+/// equal providerIDs and would never link such a Machine. A Node naming another VM than the Machine is an error
+/// (`Err` with the reason).
+pub fn handed_over_provider_id(machine: &str, node: &str, node_provider_id: Option<&str>) -> Result<String, String> {
+    match node_provider_id.filter(|p| !p.is_empty()) {
+        None => Ok(machine.to_string()),
+        Some(on_node) if identity::same_vm(machine, on_node) => Ok(on_node.to_string()),
+        Some(on_node) => {
+            Err(format!("its providerID {machine} and the providerID {on_node} of its Node {node} name different VMs"))
+        }
+    }
+}
+
 fn controller_name_of<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
     super::objects::controller_name(meta, kind)
 }
@@ -404,6 +423,8 @@ fn plan_deployment(
         block(&set_key, format!("scaling in progress: {} machines for {} replicas", machines.len(), set.spec.replicas));
     }
     let mut node_names: BTreeMap<String, String> = BTreeMap::new();
+    let mut provider_ids: BTreeMap<String, String> = BTreeMap::new();
+    let mut respelled = Vec::new();
     for m in &machines {
         let m_key = key("Machine", &m.metadata);
         if m.metadata.deletion_timestamp.is_some() {
@@ -418,8 +439,21 @@ fn plan_deployment(
         }
         let node = m.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL)).filter(|n| !n.is_empty());
         match (create::provider_id(m), node) {
-            (Some(_), Some(node)) => {
-                node_names.insert(m.metadata.name.clone().unwrap_or_default(), node.clone());
+            (Some(id), Some(node)) => {
+                let name = m.metadata.name.clone().unwrap_or_default();
+                match handed_over_provider_id(id, node, inventory.node_provider_ids.get(node).map(String::as_str)) {
+                    Ok(handed) => {
+                        if handed != id {
+                            respelled.push(format!(
+                                "{m_key}: providerID {id} -> {handed}, the same VM as Node {node} spells it (CAPI \
+                                 core links a Machine to the Node with an equal providerID)"
+                            ));
+                        }
+                        provider_ids.insert(name.clone(), handed);
+                    }
+                    Err(reason) => block(&m_key, reason),
+                }
+                node_names.insert(name, node.clone());
             }
             (None, _) => block(&m_key, "has no providerID".into()),
             (_, None) => block(&m_key, "has no Node (label node)".into()),
@@ -428,6 +462,7 @@ fn plan_deployment(
     if summary.blockers.len() > before {
         return None;
     }
+    summary.one_to_one.extend(respelled);
 
     // The objects.
     let src = source_deployment(d);
@@ -478,7 +513,7 @@ fn plan_deployment(
     let mut pairs = Vec::new();
     for m in &machines {
         let machine_name = m.metadata.name.clone().unwrap_or_default();
-        let provider_id = create::provider_id(m).unwrap_or_default().to_string();
+        let provider_id = provider_ids.get(&machine_name).cloned().unwrap_or_default();
         let mut src_m = (*m).clone();
         src_m.metadata = carried_meta(&m.metadata);
         src_m.status = None;

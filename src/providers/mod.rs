@@ -16,6 +16,7 @@ mod error;
 mod fields;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+pub mod identity;
 pub mod inmemory;
 pub mod limit;
 #[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]

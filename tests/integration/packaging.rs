@@ -285,6 +285,73 @@ fn every_template_variable_has_a_value_or_is_standard() {
     }
 }
 
+/// What `clusterctl move` takes along besides a Cluster's owner chain: MachineClasses (their CRD's
+/// `clusterctl.cluster.x-k8s.io/move` label) and the Secrets the templates make in the cluster's namespace (the
+/// label on each). The provider's own Secrets in `mcm-system` are discovered by move too, and must never carry it.
+#[test]
+fn clusterctl_move_takes_the_classes_and_the_clusters_secrets_not_the_providers() {
+    const MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
+    let components = documents(&kustomize_default());
+    let labelled = |doc: &Value, label: &str| doc["metadata"]["labels"].get(label).is_some();
+    for doc in &components {
+        let (kind, name) = (doc["kind"].as_str().unwrap(), doc["metadata"]["name"].as_str().unwrap());
+        let want = kind == "CustomResourceDefinition" && name == "machineclasses.machine.sapcloud.io";
+        assert_eq!(labelled(doc, MOVE), want, "{kind} {name}: label {MOVE}");
+        assert!(!labelled(doc, "clusterctl.cluster.x-k8s.io/move-hierarchy"), "{kind} {name}");
+    }
+    let provider_secrets: BTreeSet<String> = components
+        .iter()
+        .filter(|d| d["kind"] == "Secret")
+        .map(|d| {
+            format!("{}/{}", d["metadata"]["namespace"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap())
+        })
+        .collect();
+    for entry in std::fs::read_dir(root().join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let values: BTreeMap<&str, &str> = variables(&text)
+            .keys()
+            .map(|k| (leak(k), "value"))
+            .chain([("CLUSTER_NAME", "demo"), ("NAMESPACE", "demo-ns"), ("KUBERNETES_VERSION", "v1.34.1")])
+            .collect();
+        let docs = documents(&substitute(&text, &values));
+        let mut own_secrets = BTreeSet::new();
+        for doc in docs.iter().filter(|d| d["kind"] == "Secret") {
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            assert!(labelled(doc, MOVE), "{file}: Secret {name} moves with its cluster (label {MOVE})");
+            own_secrets.insert(format!("demo-ns/{name}"));
+        }
+        // Every Secret a class names is the template's own (moved) or the provider's (installed on each side).
+        let mut refs = Vec::new();
+        secret_refs(&Value::Array(docs), &mut refs);
+        for r in refs {
+            let named = format!("{}/{}", r["namespace"].as_str().unwrap_or("demo-ns"), r["name"].as_str().unwrap());
+            assert!(
+                own_secrets.contains(&named) || provider_secrets.contains(&named),
+                "{file}: {named} is neither the template's nor the provider's: {provider_secrets:?}"
+            );
+        }
+    }
+}
+
+/// Every `secretRef` and `credentialsSecretRef` object under `value`.
+fn secret_refs(value: &Value, out: &mut Vec<Value>) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map {
+                if key == "secretRef" || key == "credentialsSecretRef" {
+                    out.push(v.clone());
+                } else {
+                    secret_refs(v, out);
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| secret_refs(v, out)),
+        _ => {}
+    }
+}
+
 fn leak(s: &str) -> &'static str {
     Box::leak(s.to_string().into_boxed_str())
 }

@@ -21,6 +21,8 @@ use crate::api::schema::{preserve_unknown_object, resource_list};
     plural = "machineclasses",
     shortname = "mcc",
     namespaced,
+    // MachineClasses belong to no Cluster's owner chain; with this label `clusterctl move` takes them along.
+    label("clusterctl.cluster.x-k8s.io/move", ""),
     no_spec
 )]
 #[serde(rename_all = "camelCase")]

@@ -229,6 +229,7 @@ impl InfraControllers {
             config: options.safety.clone(),
             machines: scoped(&client, ns),
             hub_machines: scoped(&client, ns),
+            clusters: scoped(&client, ns),
             stop: stop.subscribe(),
         });
 

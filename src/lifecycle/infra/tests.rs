@@ -42,6 +42,49 @@ fn pause_and_watch_filter() {
 }
 
 #[test]
+fn orphans_of_a_class_are_held_while_a_cluster_using_it_is_paused_or_unknown() {
+    let annotated = BTreeMap::from([(PAUSED_ANNOTATION.to_string(), String::new())]);
+    let running = cluster(Some(false), Some(true));
+    let unset = cluster(None, Some(true));
+    let paused_spec = cluster(Some(true), Some(true));
+    let mut paused_annotation = cluster(None, Some(true));
+    paused_annotation.metadata.annotations = Some(annotated.clone());
+    let user = |machine, annotations, cluster_name, cluster| ClassUser { machine, annotations, cluster_name, cluster };
+    let active = user("ns/a", None, Some("c1"), Some(&running));
+    // name, the class's users, held (a part of the reason) or collected (None)
+    let cases: Vec<(&str, Vec<ClassUser<'_>>, Option<&str>)> = vec![
+        ("no user", vec![], None),
+        ("every Cluster runs", vec![active, user("ns/b", None, Some("c1"), Some(&unset))], None),
+        (
+            "the Cluster is paused (spec.paused)",
+            vec![user("ns/b", None, Some("c1"), Some(&paused_spec))],
+            Some("paused"),
+        ),
+        (
+            "the Cluster is paused (annotation)",
+            vec![user("ns/b", None, Some("c1"), Some(&paused_annotation))],
+            Some("is paused"),
+        ),
+        ("the MCMMachine is paused", vec![user("ns/b", Some(&annotated), Some("c1"), Some(&running))], Some("paused")),
+        ("the Cluster is gone or not there yet", vec![user("ns/b", None, Some("c1"), None)], Some("not found")),
+        ("no cluster-name label", vec![user("ns/b", None, None, None)], Some("names no Cluster")),
+        ("an empty cluster-name label", vec![user("ns/b", None, Some(""), Some(&running))], Some("names no Cluster")),
+        (
+            "one paused Cluster among running ones holds the class",
+            vec![active, user("ns/b", None, Some("c2"), Some(&paused_spec)), active],
+            Some("ns/b"),
+        ),
+    ];
+    for (name, users, want) in cases {
+        let got = orphan_collection_held(&users);
+        match want {
+            None => assert_eq!(got, None, "{name}"),
+            Some(part) => assert!(got.as_deref().is_some_and(|r| r.contains(part)), "{name}: {got:?}"),
+        }
+    }
+}
+
+#[test]
 fn the_gate_follows_the_contract_order() {
     let ready_cluster = cluster(None, Some(true));
     let pending_cluster = cluster(None, None);

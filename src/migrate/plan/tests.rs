@@ -299,6 +299,61 @@ fn blockers_are_reported_and_nothing_is_planned() {
     }
 }
 
+/// A row: name, the MCM Machine's providerID, its Node's providerID, what the CAPI Machine and MCMMachine carry
+/// (or the blocker).
+type ProviderIdRow = (&'static str, &'static str, Option<&'static str>, Result<&'static str, &'static str>);
+
+#[test]
+fn the_provider_id_is_the_one_the_node_carries() {
+    let cases: [ProviderIdRow; 6] = [
+        ("no Node providerID: the Machine's", "aws:///eu-west-1/i-1", None, Ok("aws:///eu-west-1/i-1")),
+        ("an empty Node providerID: the Machine's", "aws:///eu-west-1/i-1", Some(""), Ok("aws:///eu-west-1/i-1")),
+        ("equal", "aws:///eu-west-1a/i-1", Some("aws:///eu-west-1a/i-1"), Ok("aws:///eu-west-1a/i-1")),
+        (
+            "MCM's AWS region form, the Node's zone form: the Node's",
+            "aws:///eu-west-1/i-1",
+            Some("aws:///eu-west-1a/i-1"),
+            Ok("aws:///eu-west-1a/i-1"),
+        ),
+        (
+            "GCE spellings: the Node's",
+            "gce:///p/europe-west1-b/m1",
+            Some("gce://p/europe-west1-b/m1"),
+            Ok("gce://p/europe-west1-b/m1"),
+        ),
+        (
+            "another VM on the Node: blocked",
+            "aws:///eu-west-1/i-1",
+            Some("aws:///eu-west-1a/i-2"),
+            Err("name different VMs"),
+        ),
+    ];
+    for (name, on_machine, on_node, want) in cases {
+        let mut inventory = healthy(1);
+        inventory.machines[0].spec.provider_id = Some(on_machine.to_string());
+        if let Some(p) = on_node {
+            inventory.node_provider_ids.insert("node-pool-abc-0".into(), p.to_string());
+        }
+        let plan = plan(&inventory, &target());
+        match want {
+            Ok(id) => {
+                assert_eq!(plan.summary.blockers, vec![], "{name}");
+                let pair = &plan.deployments[0].machines[0];
+                assert_eq!(pair.provider_id, id, "{name}");
+                assert_eq!(pair.machine.spec.provider_id.as_deref(), Some(id), "{name}");
+                assert_eq!(pair.infra.spec.provider_id.as_deref(), Some(id), "{name}");
+                let noted = plan.summary.one_to_one.iter().any(|l| l.contains(&format!("{on_machine} -> {id}")));
+                assert_eq!(noted, id != on_machine, "{name}: {:?}", plan.summary.one_to_one);
+            }
+            Err(reason) => {
+                let found = blockers(&inventory);
+                assert!(found.iter().any(|b| b.contains(reason) && b.contains("pool-abc-0")), "{name}: {found:?}");
+                assert!(plan.deployments.is_empty(), "{name}: nothing planned");
+            }
+        }
+    }
+}
+
 #[test]
 fn bare_machines_and_sets_are_left_alone() {
     let mut inventory = healthy(1);

@@ -271,8 +271,9 @@ impl Ec2<'_> {
         Failure::of(err).into_driver_error(operation, &self.secret)
     }
 
+    /// The zone form `aws:///<zone>/<id>` from the instance's placement (the region form without one).
     fn provider_id(&self, instance: &Instance) -> String {
-        request::provider_id(&self.spec.region, instance_id_of(instance))
+        request::provider_id(request::zone_of(instance), &self.spec.region, instance_id_of(instance))
     }
 
     /// Every instance matching `filters`, all pages.

@@ -24,25 +24,29 @@ pub const LIVE_STATES: [&str; 4] = ["pending", "running", "stopping", "stopped"]
 /// The CSI driver whose volume handles are EBS volume IDs.
 pub const CSI_DRIVER: &str = "ebs.csi.aws.com";
 
-/// `aws:///<region>/<instance-id>`, as MCM's AWS provider writes it.
-pub fn provider_id(region: &str, instance_id: &str) -> String {
-    format!("aws:///{region}/{instance_id}")
+/// `aws:///<availability-zone>/<instance-id>`: what the AWS cloud-controller-manager writes into
+/// `Node.spec.providerID` (and CAPA into its machines), so CAPI core can link a Node to its Machine by equality.
+/// `zone` is the instance's placement; without one (an endpoint that does not report it) the region stands in,
+/// which is the form MCM's own AWS provider wrote.
+pub fn provider_id(zone: Option<&str>, region: &str, instance_id: &str) -> String {
+    let at = zone.filter(|z| !z.is_empty()).unwrap_or(region);
+    format!("aws:///{at}/{instance_id}")
 }
 
-/// The instance ID in a providerID (`aws:///<region>/<id>`, or the cloud-controller's `aws:///<zone>/<id>`).
+/// The availability zone an instance runs in (its placement), if EC2 reported it.
+pub fn zone_of(instance: &Instance) -> Option<&str> {
+    instance.placement().and_then(|p| p.availability_zone()).filter(|z| !z.is_empty())
+}
+
+/// The instance ID in a providerID: the zone form `aws:///<zone>/<id>` or MCM's region form
+/// `aws:///<region>/<id>` (both name the same instance).
 pub fn instance_id(provider_id: &str) -> Result<String, DriverError> {
-    let bad = || {
+    crate::providers::identity::aws_instance_id(provider_id).map(str::to_string).ok_or_else(|| {
         DriverError::new(
             Code::InvalidArgument,
-            format!("providerID {provider_id:?} is not of the form aws:///<region>/<instance-id>"),
+            format!("providerID {provider_id:?} is not of the form aws:///<zone or region>/<instance-id>"),
         )
-    };
-    let rest = provider_id.strip_prefix("aws://").ok_or_else(bad)?;
-    let id = rest.rsplit('/').next().filter(|id| id.starts_with("i-") && id.len() > 2).ok_or_else(bad)?;
-    if !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-        return Err(bad());
-    }
-    Ok(id.to_string())
+    })
 }
 
 /// The RunInstances ClientToken for a machine: stable across retries of one machine's create (a second guard
@@ -312,10 +316,24 @@ mod tests {
 
     #[test]
     fn provider_ids_round_trip() {
-        let id = provider_id("eu-west-1", "i-0123456789abcdef0");
-        assert_eq!(id, "aws:///eu-west-1/i-0123456789abcdef0");
-        assert_eq!(instance_id(&id).unwrap(), "i-0123456789abcdef0");
-        assert_eq!(instance_id("aws:///eu-west-1a/i-1").unwrap(), "i-1");
+        // name, zone of the placement, the providerID
+        let cases = [
+            ("the zone form, as the cloud-controller writes it", Some("eu-west-1a"), "aws:///eu-west-1a/i-1"),
+            ("no placement: the region form", None, "aws:///eu-west-1/i-1"),
+            ("an empty zone: the region form", Some(""), "aws:///eu-west-1/i-1"),
+        ];
+        for (name, zone, want) in cases {
+            let id = provider_id(zone, "eu-west-1", "i-1");
+            assert_eq!(id, want, "{name}");
+            assert_eq!(instance_id(&id).unwrap(), "i-1", "{name}");
+        }
+        assert_eq!(instance_id("aws:///eu-west-1/i-0123456789abcdef0").unwrap(), "i-0123456789abcdef0");
+        let placed = Instance::builder()
+            .placement(Placement::builder().availability_zone("eu-west-1c").build())
+            .instance_id("i-2")
+            .build();
+        assert_eq!(zone_of(&placed), Some("eu-west-1c"));
+        assert_eq!(zone_of(&Instance::builder().instance_id("i-2").build()), None);
         for bad in ["", "gce:///x/i-1", "aws:///eu-west-1/", "aws:///eu-west-1/vol-1", "aws:///r/i-1?x", "i-1"] {
             let err = instance_id(bad).unwrap_err();
             assert_eq!(err.code, Code::InvalidArgument, "{bad}");

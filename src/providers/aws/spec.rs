@@ -181,7 +181,7 @@ pub struct ProviderSpec {
     pub ami: String,
     /// `machineType`: the EC2 instance type (required).
     pub machine_type: String,
-    /// `region` (required); part of the providerID.
+    /// `region` (required): where the EC2 client connects; in the providerID only when EC2 reports no zone.
     pub region: String,
     /// `keyName`: the EC2 key pair; empty means none.
     pub key_name: Option<String>,

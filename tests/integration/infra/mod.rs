@@ -201,9 +201,14 @@ impl Env {
 
     /// Everything core and a bootstrap provider make for one machine (Cluster `c1` must exist, provisioned).
     pub async fn provision(&self, name: &str, class: Value) -> MCMMachine {
+        self.provision_in(name, "c1", class).await
+    }
+
+    /// [`Env::provision`] in Cluster `cluster` (which must exist, provisioned).
+    pub async fn provision_in(&self, name: &str, cluster: &str, class: Value) -> MCMMachine {
         self.bootstrap_secret(&format!("{name}-bootstrap")).await;
-        self.capi_machine(name, "c1", Some(&format!("{name}-bootstrap")), None).await;
-        self.mcm_machine(name, "c1", class).await;
+        self.capi_machine(name, cluster, Some(&format!("{name}-bootstrap")), None).await;
+        self.mcm_machine(name, cluster, class).await;
         self.adopt(name).await;
         self.wait_provisioned(name).await
     }

@@ -1,4 +1,5 @@
-//! Deletion edge cases and orphan VMs: a VM already gone, bad credentials, orphans of deleted MCMMachines.
+//! Deletion edge cases and orphan VMs: a VM already gone, bad credentials, orphans of deleted MCMMachines, and no
+//! collection for the classes of a paused Cluster (`clusterctl move`).
 
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -12,10 +13,15 @@ use crate::support::wait_until;
 
 /// A VM made through the driver directly (no object knows of it) in cluster `test`; it never boots.
 async fn vm_behind_the_back(env: &Env, name: &str) -> String {
+    vm_of_cluster(env, name, "test").await
+}
+
+/// A VM made through the driver directly, tagged for cluster `tag`; it never boots.
+async fn vm_of_cluster(env: &Env, name: &str, tag: &str) -> String {
     let driver = InMemoryDriver::new(env.dev.cloud.clone());
     let request = MachineRequest {
         machine: MachineInfo { name: name.into(), namespace: NS.into(), ..Default::default() },
-        class: inmemory::class("behind", "test", json!({"bootSeconds": 3600})),
+        class: inmemory::class("behind", tag, json!({"bootSeconds": 3600})),
         secret: SecretData::default(),
         last_known_state: None,
     };
@@ -98,6 +104,52 @@ async fn orphan_vms_of_deleted_mcmmachines_are_collected_live_ones_kept() {
     for m in [&inline, &referenced] {
         let id = m.spec.provider_id.clone().unwrap();
         assert!(env.live(&id), "{} keeps its VM", m.name_any());
+    }
+    env.shutdown().await;
+}
+
+/// What `clusterctl move` does to the source cluster: pause the Cluster, then delete its objects with their
+/// finalizers removed. VMs whose MCMMachines are gone (or, on the target, not there yet) must stay while the
+/// Cluster is paused; once it is unpaused, real orphans go again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_of_a_paused_clusters_classes_are_kept_until_it_is_unpaused() {
+    let env = Env::start().await;
+    env.cluster("c1", true).await;
+    env.cluster("c2", true).await;
+    // c1's machines use the inline class of tag `test`; c2's machine a class of tag `other`, listed on every
+    // collection, so the cloud's list counter shows collections going on.
+    let kept = env.provision_in("kept", "c1", inline_class(json!({}))).await;
+    let moved = env.provision_in("moved", "c1", inline_class(json!({}))).await;
+    let other_tags = json!({"tags": {"kubernetes.io/cluster/other": "1", "kubernetes.io/role/node": "1"}});
+    let control = env.provision_in("control", "c2", inline_class(other_tags)).await;
+
+    env.pause_cluster("c1", true).await;
+    env.wait_condition("kept", "Paused", "True", reason::PAUSED).await;
+    // clusterctl deletes the source objects of the paused Cluster, finalizers removed: the VM stays.
+    let released = json!({"metadata": {"finalizers": null}});
+    env.mcm_machines().patch("moved", &PatchParams::default(), &Patch::Merge(&released)).await.unwrap();
+    env.mcm_machines().delete("moved", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("moved").await;
+    let unclaimed = vm_of_cluster(&env, "never-had-a-machine", "test").await;
+
+    // Collections go on (c2's orphan is collected, c2's class listed again and again); c1's class is left alone.
+    let c2_orphan = vm_of_cluster(&env, "c2-orphan", "other").await;
+    wait_until("c2's orphan VM to be deleted", WAIT, || async { (!env.live(&c2_orphan)).then_some(()) }).await;
+    let lists = env.dev.cloud.stats().lists;
+    wait_until("more collections", WAIT, || async { (env.dev.cloud.stats().lists >= lists + 10).then_some(()) }).await;
+    let moved_id = moved.spec.provider_id.clone().unwrap();
+    for (what, id) in [("the deleted MCMMachine's VM", &moved_id), ("the unclaimed VM", &unclaimed)] {
+        assert!(env.live(id), "{what} is kept while Cluster c1 is paused");
+    }
+
+    // Unpaused: both are orphans now and go; the machines' own VMs stay.
+    env.pause_cluster("c1", false).await;
+    wait_until("c1's orphan VMs to be deleted", WAIT, || async {
+        (!env.live(&moved_id) && !env.live(&unclaimed)).then_some(())
+    })
+    .await;
+    for m in [&kept, &control] {
+        assert!(env.live(m.spec.provider_id.as_deref().unwrap()), "{} keeps its VM", m.name_any());
     }
     env.shutdown().await;
 }

@@ -347,9 +347,13 @@ async fn create_tags_the_instance_and_answers_its_private_dns_name() {
     let driver = world.driver();
     let class = world.class("c", "dev");
     let created = driver.create_machine(&world.request("worker-1", &class, None)).await.unwrap();
-    let id = created.provider_id.strip_prefix(&format!("aws:///{REGION}/")).expect("aws:///<region>/<id>");
+    let id = created.provider_id.rsplit('/').next().unwrap();
     let out = world.ec2.describe_instances().instance_ids(id).send().await.unwrap();
     let instance = &out.reservations()[0].instances()[0];
+    // The cloud-controller's form, with the instance's zone: CAPI core links Nodes to Machines by equality.
+    let zone = instance.placement().and_then(|p| p.availability_zone()).expect("moto places the instance");
+    assert!(zone.starts_with(REGION) && zone != REGION, "{zone}");
+    assert_eq!(created.provider_id, format!("aws:///{zone}/{id}"));
     assert_eq!(created.node_name, instance.private_dns_name().unwrap());
     assert!(created.node_name.starts_with("ip-"), "{}", created.node_name);
     let mut tags: Vec<(String, String)> =
@@ -380,6 +384,35 @@ async fn create_tags_the_instance_and_answers_its_private_dns_name() {
     use base64::Engine;
     let decoded = base64::engine::general_purpose::STANDARD.decode(sent).unwrap();
     assert_eq!(decoded, USER_DATA.as_bytes());
+}
+
+/// The zone form is what the driver reports everywhere; MCM's region form `aws:///<region>/<id>` of the same
+/// instance still finds it (status, delete), so machines MCM's AWS provider made keep working.
+#[tokio::test]
+async fn the_zone_form_is_reported_and_the_region_form_still_names_the_instance() {
+    let world = World::start().await;
+    let driver = world.driver();
+    let class = world.class("c", "dev");
+    let created = driver.create_machine(&world.request("zoned", &class, None)).await.unwrap();
+    let id = created.provider_id.rsplit('/').next().unwrap().to_string();
+    let zone = created.provider_id.strip_prefix("aws:///").and_then(|r| r.split('/').next()).unwrap().to_string();
+    assert!(zone.starts_with(REGION) && zone != REGION, "{}", created.provider_id);
+    let zone_form = format!("aws:///{zone}/{id}");
+    let region_form = format!("aws:///{REGION}/{id}");
+
+    let listed = driver.list_machines(&ListMachinesRequest { class: class.clone(), secret: secret() }).await.unwrap();
+    assert_eq!(listed.into_iter().collect::<Vec<_>>(), [(zone_form.clone(), "zoned".to_string())]);
+    // By name (tags) and, under another name, by either form of the providerID: the zone form comes back.
+    for (machine, provider_id) in [("zoned", None), ("renamed", Some(&region_form)), ("renamed", Some(&zone_form))] {
+        let status =
+            driver.get_machine_status(&world.request(machine, &class, provider_id.map(String::as_str))).await.unwrap();
+        assert_eq!(status.provider_id, zone_form, "{machine} {provider_id:?}");
+    }
+    // Delete by the region form (a machine MCM's AWS provider made) terminates the instance.
+    driver.delete_machine(&world.request("renamed", &class, Some(&region_form))).await.unwrap();
+    assert!(["shutting-down", "terminated"].contains(&world.state(&id).await.as_str()));
+    let err = driver.get_machine_status(&world.request("renamed", &class, Some(&region_form))).await.unwrap_err();
+    assert_eq!(err.code, Code::NotFound, "{err}");
 }
 
 #[tokio::test]
@@ -782,6 +815,7 @@ const ONE_IMAGE: &str = "<DescribeImagesResponse><requestId>r</requestId><images
 fn instance_xml(id: &str, state: &str) -> String {
     format!(
         "<item><instanceId>{id}</instanceId><instanceState><code>0</code><name>{state}</name></instanceState>\
+         <placement><availabilityZone>{REGION}b</availabilityZone></placement>\
          <privateDnsName>ip-10-0-0-9.ec2.internal</privateDnsName><privateIpAddress>10.0.0.9</privateIpAddress></item>"
     )
 }
@@ -831,7 +865,7 @@ async fn a_spent_client_token_is_replaced_once() {
         let fake = FakeEc2::start_with_body(token_cloud(stable.clone(), mismatch)).await;
         let driver = AwsDriver::with_endpoint(&fake.url).with_settings(fast());
         let created = driver.create_machine(&fake_request()).await.unwrap();
-        assert_eq!(created.provider_id, format!("aws:///{REGION}/i-new"), "mismatch={mismatch}");
+        assert_eq!(created.provider_id, format!("aws:///{REGION}b/i-new"), "mismatch={mismatch}");
         assert_eq!(created.node_name, "ip-10-0-0-9.ec2.internal");
         let runs = fake.requests("RunInstances");
         assert_eq!(runs.len(), 2, "mismatch={mismatch}");

@@ -1,6 +1,7 @@
 //! The AWS driver under the real controllers, as `mcm dev` runs them: a MachineClass of provider `AWS` whose secret
 //! points the driver at moto (`endpoint`), a MachineDeployment scaled up and down, instances the controllers do not
-//! own left alone, and an orphan tagged instance collected by the safety controller.
+//! own left alone, a machine with MCM's region-form providerID kept, and an orphan tagged instance collected by the
+//! safety controller.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -115,7 +116,9 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
             .find(|i| tag(i, "Name") == Some(name.as_str()))
             .unwrap_or_else(|| panic!("no instance named {name}: {instances:?}"));
         let id = instance.instance_id().unwrap();
-        assert_eq!(provider_id, &format!("aws:///{REGION}/{id}"));
+        let zone = instance.placement().and_then(|p| p.availability_zone()).unwrap();
+        assert!(zone.starts_with(REGION) && zone != REGION, "{zone}");
+        assert_eq!(provider_id, &format!("aws:///{zone}/{id}"), "the cloud-controller's form");
         assert_eq!(tag(instance, &format!("kubernetes.io/cluster/{CLUSTER}")), Some("1"));
         assert_eq!(tag(instance, "kubernetes.io/role/node"), Some("1"));
         assert_eq!(tag(instance, "team"), Some("mcm"));
@@ -135,6 +138,29 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
         let id = provider_id.rsplit('/').next().unwrap();
         assert_eq!(world.state(id).await, "terminated", "instance of {name}");
     }
+
+    // A machine MCM's AWS provider made: its providerID has the region form, the driver lists the zone form. It
+    // is the same instance, which the machine keeps (and the orphan collection below must not take).
+    let legacy = world
+        .launch(&[
+            (&format!("kubernetes.io/cluster/{CLUSTER}"), "1"),
+            ("kubernetes.io/role/node", "1"),
+            ("Name", "legacy"),
+        ])
+        .await;
+    let region_form = format!("aws:///{REGION}/{legacy}");
+    let machine = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
+        "metadata": {"name": "legacy", "namespace": NS},
+        "spec": {"class": {"kind": "MachineClass", "name": "aws"}, "providerID": region_form},
+    });
+    env.create("legacy.json", &machine.to_string()).await;
+    let machines: Api<Machine> = Api::namespaced(env.client(), NS);
+    wait_until("machine legacy to get a phase", WAIT, || async {
+        let m = machines.get_opt("legacy").await.ok().flatten()?;
+        m.status?.current_status?.phase.map(|_| ())
+    })
+    .await;
 
     // An instance tagged for this cluster and role that no Machine claims is an orphan: the safety controller
     // deletes it.
@@ -156,6 +182,9 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
     assert_eq!(world.state(&foreign).await, "running");
     let survivor = kept[0].1.rsplit('/').next().unwrap().to_string();
     assert_eq!(world.state(&survivor).await, "running");
+    assert_eq!(world.state(&legacy).await, "running", "the region-form machine's instance is not an orphan");
+    let m = machines.get("legacy").await.unwrap();
+    assert_eq!(m.spec.provider_id.as_deref(), Some(region_form.as_str()), "kept as MCM wrote it");
     let mut secret = SecretData::default();
     for (k, v) in [
         ("providerAccessKeyId", ACCESS_KEY_ID),
@@ -170,7 +199,7 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
         .list_machines(&ListMachinesRequest { class: world.class("aws", CLUSTER), secret })
         .await
         .unwrap();
-    let listed: BTreeSet<&String> = listed.keys().collect();
-    assert_eq!(listed, BTreeSet::from([&kept[0].1]), "only the survivor's instance is listed");
+    let listed: BTreeSet<&str> = listed.keys().map(|id| id.rsplit('/').next().unwrap_or_default()).collect();
+    assert_eq!(listed, BTreeSet::from([survivor.as_str(), legacy.as_str()]), "only the machines' instances are listed");
     env.shutdown().await;
 }

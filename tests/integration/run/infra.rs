@@ -1,7 +1,7 @@
 //! `mcm run --controllers=infrastructure` as `clusterctl init` installs it: an API server with only the CRDs of
 //! `config/crd` and CAPI core's, no machine.sapcloud.io kinds but MachineClass, no target cluster. The test plays
-//! CAPI core's steps for one Machine; the process must get ready, provision the MCMMachine, and make only the
-//! requests the install's RBAC (`config/rbac`) allows.
+//! CAPI core's steps for one Machine; the process must get ready, provision the MCMMachine, collect an orphan VM of
+//! its class, and make only the requests the install's RBAC (`config/rbac`) allows.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -12,7 +12,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use mcm::api::capi;
 use mcm::api::infra::MCMMachine;
-use mcm::providers::inmemory::InMemoryCloud;
+use mcm::providers::inmemory::{self, InMemoryCloud, InMemoryDriver};
+use mcm::providers::{Driver, MachineInfo, MachineRequest, SecretData};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -148,6 +149,18 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
     let (cloud_addr, cloud_server) =
         mcm::providers::inmemory::remote::serve(cloud.clone(), SocketAddr::from(([127, 0, 0, 1], 0))).await.unwrap();
     play_capi_core(&client, "m1").await;
+    // A VM of m1's class that no MCMMachine claims: the orphan collection at start must delete it, which reads
+    // MCMMachines, MCM Machines and Clusters from the API server first.
+    let orphan = InMemoryDriver::new(cloud.clone())
+        .create_machine(&MachineRequest {
+            machine: MachineInfo { name: "forgotten".into(), namespace: NS.into(), ..Default::default() },
+            class: inmemory::class("behind", "test", json!({"bootSeconds": 3600})),
+            secret: SecretData::default(),
+            last_known_state: None,
+        })
+        .await
+        .unwrap()
+        .provider_id;
     let dir = TempDir::new("mcm-run-infra");
     let kubeconfig = dir.0.join("kubeconfig");
     server.write_kubeconfig(&kubeconfig).unwrap();
@@ -173,6 +186,8 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
     })
     .await;
     let provider_id = provisioned.spec.provider_id.clone().expect("a providerID");
+    let live = |id: &str| cloud.vm(id).is_some_and(|vm| vm.exists());
+    wait_until("the orphan VM to be collected", WAIT, || async { (!live(&orphan)).then_some(()) }).await;
     let vms = cloud.live_vms();
     assert_eq!(vms.len(), 1, "{vms:?}");
     assert_eq!((vms[0].machine_name.as_str(), vms[0].provider_id.as_str()), ("m1", provider_id.as_str()));
