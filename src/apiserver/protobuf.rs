@@ -1,9 +1,12 @@
 //! Kubernetes protobuf request bodies, as client-go sends them for built-in kinds (controller-runtime's clients of
 //! a workload cluster, `kubectl create <kind>`): the magic `k8s\0`, then a `runtime.Unknown` envelope naming the
 //! kind and carrying the message. Decoded with the kube-rs project's generated messages (`k8s-pb`) into the JSON
-//! the handlers work on. Only the option and subresource kinds writes send are understood so far; another kind is
-//! answered 415 with a hint.
+//! the handlers work on. Understood so far: the options and subresources writes send (DeleteOptions, Eviction) and
+//! the kinds clusterctl and `kubectl create namespace|secret|configmap` create (Namespace, Secret, ConfigMap);
+//! another kind is answered 415 with a hint.
 
+use base64::Engine;
+use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use prost::Message;
@@ -36,6 +39,33 @@ pub fn decode(raw: &[u8]) -> Result<Value, ApiError> {
             }
             value
         }
+        "Namespace" => {
+            let namespace = core::Namespace::decode(message.as_slice()).map_err(bad)?;
+            let finalizers = namespace.spec.map(|s| s.finalizers).unwrap_or_default();
+            json!({
+                "metadata": object_meta(namespace.metadata.unwrap_or_default()),
+                "spec": if finalizers.is_empty() { Value::Null } else { json!({"finalizers": finalizers}) },
+            })
+        }
+        "Secret" => {
+            let secret = core::Secret::decode(message.as_slice()).map_err(bad)?;
+            json!({
+                "metadata": object_meta(secret.metadata.unwrap_or_default()),
+                "immutable": secret.immutable,
+                "type": secret.r#type,
+                "data": non_empty(base64_values(secret.data)),
+                "stringData": non_empty(json!(secret.string_data)),
+            })
+        }
+        "ConfigMap" => {
+            let map = core::ConfigMap::decode(message.as_slice()).map_err(bad)?;
+            json!({
+                "metadata": object_meta(map.metadata.unwrap_or_default()),
+                "immutable": map.immutable,
+                "data": non_empty(json!(map.data)),
+                "binaryData": non_empty(base64_values(map.binary_data)),
+            })
+        }
         _ => {
             return Err(ApiError::with_code(
                 415,
@@ -50,6 +80,43 @@ pub fn decode(raw: &[u8]) -> Result<Value, ApiError> {
     value["apiVersion"] = json!(api_version);
     value["kind"] = json!(kind);
     Ok(strip_nulls(value))
+}
+
+/// The fields of ObjectMeta a client may write (the server sets the others).
+fn object_meta(meta: meta::ObjectMeta) -> Value {
+    let owners: Vec<Value> = meta
+        .owner_references
+        .into_iter()
+        .map(|o| {
+            json!({"apiVersion": o.api_version, "kind": o.kind, "name": o.name, "uid": o.uid,
+                   "controller": o.controller, "blockOwnerDeletion": o.block_owner_deletion})
+        })
+        .collect();
+    json!({
+        "name": meta.name,
+        "generateName": meta.generate_name,
+        "namespace": meta.namespace,
+        "resourceVersion": meta.resource_version,
+        "uid": meta.uid,
+        "labels": non_empty(json!(meta.labels)),
+        "annotations": non_empty(json!(meta.annotations)),
+        "ownerReferences": non_empty(json!(owners)),
+        "finalizers": non_empty(json!(meta.finalizers)),
+    })
+}
+
+fn base64_values(map: std::collections::BTreeMap<String, Vec<u8>>) -> Value {
+    let engine = base64::engine::general_purpose::STANDARD;
+    Value::Object(map.into_iter().map(|(k, v)| (k, json!(engine.encode(v)))).collect())
+}
+
+/// Null for an empty map or list (left out, as a JSON client leaves it out).
+fn non_empty(value: Value) -> Value {
+    match &value {
+        Value::Object(m) if m.is_empty() => Value::Null,
+        Value::Array(a) if a.is_empty() => Value::Null,
+        _ => value,
+    }
 }
 
 fn delete_options(options: &meta::DeleteOptions) -> Value {
@@ -135,8 +202,52 @@ mod tests {
     }
 
     #[test]
+    fn namespaces_secrets_and_config_maps_decode_to_their_json() {
+        let meta = |name: &str| meta::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            labels: [("a".to_string(), "b".to_string())].into(),
+            ..Default::default()
+        };
+        let secret = core::Secret {
+            metadata: Some(meta("s")),
+            data: [("k".to_string(), b"v".to_vec())].into(),
+            r#type: Some("Opaque".into()),
+            ..Default::default()
+        };
+        let map = core::ConfigMap {
+            metadata: Some(meta("c")),
+            data: [("k".to_string(), "v".to_string())].into(),
+            ..Default::default()
+        };
+        let namespace = core::Namespace {
+            metadata: Some(meta::ObjectMeta { name: Some("n".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let cases = [
+            (
+                envelope("v1", "Secret", secret.encode_to_vec()),
+                json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "data": {"k": "dg=="},
+                    "metadata": {"name": "s", "namespace": "ns", "labels": {"a": "b"}}}),
+            ),
+            (
+                envelope("v1", "ConfigMap", map.encode_to_vec()),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"},
+                    "metadata": {"name": "c", "namespace": "ns", "labels": {"a": "b"}}}),
+            ),
+            (
+                envelope("v1", "Namespace", namespace.encode_to_vec()),
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
+            ),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(decode(&raw).unwrap(), want);
+        }
+    }
+
+    #[test]
     fn other_kinds_and_garbage_are_refused() {
-        assert_eq!(decode(&envelope("v1", "ConfigMap", Vec::new())).unwrap_err().code, 415);
+        assert_eq!(decode(&envelope("v1", "Pod", Vec::new())).unwrap_err().code, 415);
         assert_eq!(decode(b"{}").unwrap_err().code, 400);
         assert_eq!(decode(b"k8s\0\xff\xff").unwrap_err().code, 400);
     }

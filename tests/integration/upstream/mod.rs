@@ -132,6 +132,7 @@ impl Management {
     /// Runs clusterctl against this management cluster: (success, stdout, stderr). Its home is this cluster's
     /// directory (no `~/.cluster-api`), with no version check (that would call GitHub).
     pub async fn clusterctl(&self, args: &[&str]) -> (bool, String, String) {
+        let (out, err) = (self.dir.0.join("clusterctl.stdout"), self.dir.0.join("clusterctl.stderr"));
         let mut command = Command::new(self.tools.path("clusterctl"));
         command
             .args(args)
@@ -144,14 +145,17 @@ impl Management {
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
             .kill_on_drop(true);
-        let output = tokio::time::timeout(WAIT, command.output())
-            .await
-            .unwrap_or_else(|_| panic!("clusterctl {args:?} timed out"))
-            .expect("clusterctl runs");
-        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
-        let stderr = String::from_utf8_lossy(&output.stderr).to_string();
-        (output.status.success(), stdout, stderr)
+        let mut child = command.spawn().expect("clusterctl runs");
+        let status = tokio::time::timeout(WAIT, child.wait()).await;
+        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+        let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+        match status {
+            Ok(status) => (status.unwrap().success(), stdout, stderr),
+            Err(_) => panic!("clusterctl {args:?} timed out:\n{stderr}\n{stdout}\n{}", self.logs()),
+        }
     }
 
     /// clusterctl, failing the test when it fails; its stdout.
