@@ -69,6 +69,32 @@ pub fn groups(registry: &Registry) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// `/`: every path the server serves, as kube-apiserver lists them (clients such as CAPI core's cluster cache
+/// probe it to see that a cluster is reachable).
+pub fn root_paths(registry: &Registry) -> Value {
+    let mut paths: Vec<String> = [
+        "/api",
+        "/api/v1",
+        "/apis",
+        "/healthz",
+        "/livez",
+        "/metrics",
+        "/openapi/v2",
+        "/openapi/v3",
+        "/readyz",
+        "/version",
+    ]
+    .iter()
+    .map(|p| p.to_string())
+    .collect();
+    for (group, versions) in group_versions(registry) {
+        paths.push(format!("/apis/{group}"));
+        paths.extend(versions.iter().map(|v| format!("/apis/{group}/{v}")));
+    }
+    paths.sort();
+    json!({ "paths": paths })
+}
+
 /// `/apis/{group}`.
 pub fn group(registry: &Registry, group: &str) -> Option<Value> {
     let groups = group_versions(registry);

@@ -257,9 +257,16 @@ pub struct Checked {
 }
 
 /// The body as its content type says it is written.
-fn raw_body<'a>(headers: &HeaderMap, raw: &'a [u8]) -> Raw<'a> {
+/// The body to look for duplicate fields in; none for protobuf, which cannot repeat a field.
+fn raw_body<'a>(headers: &HeaderMap, raw: &'a [u8]) -> Option<Raw<'a>> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
-    if ct.contains("yaml") { Raw::Yaml(raw) } else { Raw::Json(raw) }
+    if ct.contains("protobuf") {
+        None
+    } else if ct.contains("yaml") {
+        Some(Raw::Yaml(raw))
+    } else {
+        Some(Raw::Json(raw))
+    }
 }
 
 fn problems(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, body: &mut Value, directive: Directive) -> Vec<String> {
@@ -275,7 +282,7 @@ fn problems(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, body: &mut Value, directive: Di
 /// Checks the body of a create or update (`raw`: the request body, looked at for duplicates).
 pub fn check_body(ctx: &Ctx<'_>, headers: &HeaderMap, raw: &[u8], mut body: Value) -> Result<Checked, ApiError> {
     let directive = directive(ctx.query.field_validation.as_deref())?;
-    let found = problems(ctx, Some(raw_body(headers, raw)), &mut body, directive);
+    let found = problems(ctx, raw_body(headers, raw), &mut body, directive);
     match directive {
         Directive::Strict if !found.is_empty() => {
             let kind = body.get("kind").and_then(Value::as_str).unwrap_or(&ctx.rt.kind).to_string();
@@ -372,7 +379,8 @@ mod object_tests {
             subresource: None,
         };
         let query = Query::default();
-        let ctx = Ctx { rt, version, path: &path, query: &query, manager: "test".into(), table: None };
+        let ctx =
+            Ctx { rt, version, path: &path, query: &query, manager: "test".into(), table: None, metadata_only: None };
         let found = unknown_fields(&ctx, &mut obj, drop);
         (found, obj)
     }

@@ -42,6 +42,8 @@ pub struct Ctx<'a> {
     pub manager: String,
     /// Set when a read asked for a server-side printed `Table` (Accept `as=Table`).
     pub table: Option<printing::TableOptions>,
+    /// Set when a read asked for metadata only (Accept `as=PartialObjectMetadata[List]`), in this version.
+    pub metadata_only: Option<printing::TableVersion>,
 }
 
 impl Ctx<'_> {
@@ -96,14 +98,11 @@ pub async fn resource(
         let agent = headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or("unknown");
         agent.split('/').next().unwrap_or("unknown").to_string()
     });
-    let table = if method == Method::GET {
-        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-        printing::TableOptions::from_request(accept, query.include_object.as_deref())
-            .map_err(|e| ApiError::bad_request(e.to_string()))?
-    } else {
-        None
-    };
-    let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager, table };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).filter(|_| method == Method::GET);
+    let table = printing::TableOptions::from_request(accept, query.include_object.as_deref())
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let metadata_only = accept.and_then(printing::metadata_only);
+    let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager, table, metadata_only };
     let read_body = |body| super::server::read_body(body, shared.config.max_body_bytes);
     let sub = path.subresource.as_deref();
     if let Some(sub) = sub {
@@ -125,6 +124,9 @@ pub async fn resource(
             if let Some(options) = ctx.table {
                 let table = printing::TableBuilder::new(&ctx.rt, ctx.version, options);
                 return Ok(json_response(StatusCode::OK, &table.object_table(&ctx.output(&obj), true)));
+            }
+            if let Some(version) = ctx.metadata_only {
+                return Ok(json_response(StatusCode::OK, &printing::partial_metadata(&obj, version)));
             }
             Ok(json_response(StatusCode::OK, &ctx.output(&obj)))
         }
@@ -195,12 +197,7 @@ pub fn parse_body(headers: &HeaderMap, raw: &[u8]) -> Result<Value, ApiError> {
         serde_json::from_slice(raw)
             .map_err(|e| ApiError::bad_request(format!("the request body is not valid JSON: {e}")))?
     } else if ct.contains("protobuf") {
-        return Err(ApiError::with_code(
-            415,
-            "UnsupportedMediaType",
-            "the embedded API server speaks JSON and YAML, not protobuf (kubectl's imperative `create <kind>` \
-             generators send protobuf): write the object to a file and use `kubectl create -f` or `kubectl apply -f`",
-        ));
+        super::protobuf::decode(raw)?
     } else {
         return Err(ApiError::unsupported_media_type(&ct, &["application/json", "application/yaml"]));
     };
@@ -282,8 +279,11 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
             if count > 0 {
                 items.push(b',');
             }
-            serde_json::to_writer(&mut items, served)
-                .map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
+            let written = match ctx.metadata_only {
+                Some(version) => serde_json::to_writer(&mut items, &printing::partial_metadata(served, version)),
+                None => serde_json::to_writer(&mut items, served),
+            };
+            written.map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
         }
         count += 1;
         last_key = Some(key.clone());
@@ -301,11 +301,12 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     if let Some(table) = &table {
         return Ok(json_response(StatusCode::OK, &table.table(rows, metadata, true)));
     }
-    let head = json!({
-        "kind": ctx.rt.list_kind,
-        "apiVersion": ctx.rt.api_version(ctx.version),
-        "metadata": metadata,
-    });
+    let head = match ctx.metadata_only {
+        Some(version) => {
+            json!({"kind": "PartialObjectMetadataList", "apiVersion": version.api_version(), "metadata": metadata})
+        }
+        None => json!({"kind": ctx.rt.list_kind, "apiVersion": ctx.rt.api_version(ctx.version), "metadata": metadata}),
+    };
     let mut body = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
     body.pop(); // the closing brace
     body.extend_from_slice(b",\"items\":[");

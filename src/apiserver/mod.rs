@@ -16,6 +16,7 @@ pub mod object;
 pub mod openapi;
 pub mod persist;
 pub mod printing;
+mod protobuf;
 mod request;
 pub mod resources;
 pub mod schema;

@@ -83,32 +83,71 @@ fn clauses(accept: &str) -> Vec<Clause<'_>> {
     out
 }
 
-/// Which table version an Accept header asks for, if the server should answer with a table.
+/// The representation a read asks for with its Accept header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// The object (or list) itself.
+    Object,
+    /// A server-side printed `Table` (`as=Table`), as kubectl asks for.
+    Table(TableVersion),
+    /// Only metadata (`as=PartialObjectMetadata` or `as=PartialObjectMetadataList`), as controller-runtime's
+    /// metadata-only caches and client-go's metadata client ask for.
+    Metadata(TableVersion),
+}
+
+/// What an Accept header asks for.
 ///
-/// Clauses are tried in preference order and the first one the server can satisfy wins: a JSON `as=Table` clause
-/// with `g=meta.k8s.io` and `v=v1` or `v=v1beta1` means a table; a clause without `as` means the plain object.
-/// Clauses this server cannot produce (`as=Table` in protobuf or YAML, `as=PartialObjectMetadata`, tables of
-/// another group) are skipped, as kube-apiserver skips what it cannot serve.
-pub fn negotiate(accept: &str) -> Option<TableVersion> {
+/// Clauses are tried in preference order and the first one the server can satisfy wins: a JSON clause with `as`
+/// (`Table`, `PartialObjectMetadata` or `PartialObjectMetadataList`), `g=meta.k8s.io` and `v=v1` or `v=v1beta1`
+/// means that view; a clause without `as` means the plain object. Clauses this server cannot produce (any `as` in
+/// protobuf or YAML, other groups or kinds) are skipped, as kube-apiserver skips what it cannot serve.
+pub fn view(accept: &str) -> View {
     for clause in clauses(accept) {
-        match clause.param("as") {
-            None => return None,
-            Some(target) if target.eq_ignore_ascii_case("Table") => {
-                let json = matches!(clause.media_type.as_str(), "application/json" | "application/*" | "*/*");
-                let group = clause.param("g");
-                let version = match clause.param("v") {
-                    Some("v1") => Some(TableVersion::V1),
-                    Some("v1beta1") => Some(TableVersion::V1Beta1),
-                    _ => None,
-                };
-                if json && group == Some("meta.k8s.io") && version.is_some() {
-                    return version;
-                }
-            }
-            Some(_) => {}
+        let Some(target) = clause.param("as") else { return View::Object };
+        let json = matches!(clause.media_type.as_str(), "application/json" | "application/*" | "*/*");
+        let version = match clause.param("v") {
+            Some("v1") => TableVersion::V1,
+            Some("v1beta1") => TableVersion::V1Beta1,
+            _ => continue,
+        };
+        if !json || clause.param("g") != Some("meta.k8s.io") {
+            continue;
+        }
+        if target.eq_ignore_ascii_case("Table") {
+            return View::Table(version);
+        }
+        if target.eq_ignore_ascii_case("PartialObjectMetadata")
+            || target.eq_ignore_ascii_case("PartialObjectMetadataList")
+        {
+            return View::Metadata(version);
         }
     }
-    None
+    View::Object
+}
+
+/// Which table version an Accept header asks for, if the server should answer with a table (see [`view`]).
+pub fn negotiate(accept: &str) -> Option<TableVersion> {
+    match view(accept) {
+        View::Table(version) => Some(version),
+        View::Object | View::Metadata(_) => None,
+    }
+}
+
+/// Which `meta.k8s.io` version an Accept header asks metadata only in (see [`view`]).
+pub fn metadata_only(accept: &str) -> Option<TableVersion> {
+    match view(accept) {
+        View::Metadata(version) => Some(version),
+        View::Object | View::Table(_) => None,
+    }
+}
+
+/// An object's `PartialObjectMetadata`.
+pub fn partial_metadata(object: &Value, version: TableVersion) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": version.api_version(),
+        "metadata": object.get("metadata").cloned().unwrap_or_else(|| Value::Object(Map::new())),
+    })
 }
 
 /// Whether an Accept header asks for a `Table` this server produces (see [`negotiate`]).
@@ -454,11 +493,7 @@ impl TableBuilder {
         let object = match self.options.include {
             IncludeObject::None => Value::Null,
             IncludeObject::Object => served.clone(),
-            IncludeObject::Metadata => json!({
-                "kind": "PartialObjectMetadata",
-                "apiVersion": self.options.version.api_version(),
-                "metadata": served.get("metadata").cloned().unwrap_or_else(|| Value::Object(Map::new())),
-            }),
+            IncludeObject::Metadata => partial_metadata(served, self.options.version),
         };
         let mut row = Map::new();
         row.insert("cells".into(), Value::Array(cells));

@@ -5,6 +5,8 @@ use super::error::ApiError;
 /// What a path addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
+    /// `/`: the list of served paths.
+    Root,
     /// `/version`.
     Version,
     /// `/healthz`, `/livez`, `/readyz` (and their sub-paths).
@@ -52,6 +54,7 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
     let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let not_found = || ApiError::no_route(path);
     match segments.as_slice() {
+        [] => Ok(Target::Root),
         ["version"] => Ok(Target::Version),
         ["healthz" | "livez" | "readyz", ..] => Ok(Target::Health),
         ["metrics"] => Ok(Target::Metrics),
@@ -215,6 +218,7 @@ mod tests {
             ("/apis/apps", Target::Group("apps".into())),
             ("/apis/apps/v1", Target::Resources { group: "apps".into(), version: "v1".into() }),
             ("/version", Target::Version),
+            ("/", Target::Root),
             ("/readyz", Target::Health),
         ];
         for (path, expected) in cases {

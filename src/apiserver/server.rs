@@ -412,6 +412,7 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
         }
     };
     match target {
+        Target::Root => get_only(json_response(StatusCode::OK, &discovery::root_paths(&shared.lock().registry))),
         Target::Version => get_only(json_response(StatusCode::OK, &discovery::version())),
         Target::Health => get_only((StatusCode::OK, "ok").into_response()),
         Target::Metrics => {

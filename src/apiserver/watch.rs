@@ -38,6 +38,8 @@ struct Filter {
     table: Option<printing::TableBuilder>,
     /// Only the first table carries column definitions, as kube-apiserver sends them (kubectl reuses them).
     headers_sent: AtomicBool,
+    /// Metadata only: each event's object is a `PartialObjectMetadata` of this version.
+    metadata_only: Option<printing::TableVersion>,
 }
 
 impl Filter {
@@ -89,6 +91,13 @@ impl Filter {
             out.extend_from_slice(b"}\n");
             return Bytes::from(out);
         }
+        if let Some(version) = self.metadata_only {
+            out.extend_from_slice(
+                &serde_json::to_vec(&printing::partial_metadata(object, version)).unwrap_or_default(),
+            );
+            out.extend_from_slice(b"}\n");
+            return Bytes::from(out);
+        }
         match (self.served(object), event) {
             (Some(served), _) => out.extend_from_slice(&serde_json::to_vec(&served).unwrap_or_default()),
             (None, Some(event)) => out.extend_from_slice(&event.object_json()),
@@ -103,10 +112,11 @@ impl Filter {
         if initial_events_end {
             metadata["annotations"] = json!({ "k8s.io/initial-events-end": "true" });
         }
-        let object = match &self.table {
+        let object = match (&self.table, self.metadata_only) {
             // A table without rows: kubectl prints nothing for it.
-            Some(table) => table.table(Vec::new(), json!({ "resourceVersion": rv.to_string() }), false),
-            None => {
+            (Some(table), _) => table.table(Vec::new(), json!({ "resourceVersion": rv.to_string() }), false),
+            (None, Some(version)) => printing::partial_metadata(&json!({ "metadata": metadata }), version),
+            (None, None) => {
                 json!({ "kind": self.rt.kind, "apiVersion": self.rt.api_version(&self.version), "metadata": metadata })
             }
         };
@@ -150,6 +160,7 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
         convert: convert::needs_output_conversion(&ctx.rt, ctx.version),
         table: ctx.table.map(|options| printing::TableBuilder::new(&ctx.rt, ctx.version, options)),
         headers_sent: AtomicBool::new(false),
+        metadata_only: ctx.metadata_only,
     };
     let from = match ctx.query.resource_version.as_deref() {
         None | Some("0") => None,

@@ -17,3 +17,4 @@ mod run;
 mod scenarios;
 mod sets;
 mod support;
+mod upstream;

@@ -11,13 +11,13 @@ use crate::support::{Kubectl, TempDir, start};
 
 /// Every variable the components use, and its default (`None`: required). docs/clusterctl.md lists the same.
 const COMPONENT_VARIABLES: &[(&str, Option<&str>)] = &[
-    ("AWS_B64ENCODED_ACCESS_KEY_ID", Some("")),
-    ("AWS_B64ENCODED_SECRET_ACCESS_KEY", Some("")),
-    ("AZURE_B64ENCODED_CLIENT_ID", Some("")),
-    ("AZURE_B64ENCODED_CLIENT_SECRET", Some("")),
-    ("AZURE_B64ENCODED_SUBSCRIPTION_ID", Some("")),
-    ("AZURE_B64ENCODED_TENANT_ID", Some("")),
-    ("GCP_B64ENCODED_CREDENTIALS", Some("")),
+    ("AWS_B64ENCODED_ACCESS_KEY_ID", Some("\"\"")),
+    ("AWS_B64ENCODED_SECRET_ACCESS_KEY", Some("\"\"")),
+    ("AZURE_B64ENCODED_CLIENT_ID", Some("\"\"")),
+    ("AZURE_B64ENCODED_CLIENT_SECRET", Some("\"\"")),
+    ("AZURE_B64ENCODED_SUBSCRIPTION_ID", Some("\"\"")),
+    ("AZURE_B64ENCODED_TENANT_ID", Some("\"\"")),
+    ("GCP_B64ENCODED_CREDENTIALS", Some("\"\"")),
     ("MCM_CONTROLLERS", Some("infrastructure")),
     ("MCM_KUBE_API_BURST", Some("30")),
     ("MCM_KUBE_API_QPS", Some("20")),
@@ -103,6 +103,8 @@ pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
             }
             None => (inner, None),
         };
+        // clusterctl counts an empty default (`${VAR:=}`) as no default: the variable is then required.
+        let default = default.filter(|d| !d.is_empty());
         let value = values.get(name).copied().or(default).unwrap_or_else(|| panic!("no value for ${{{name}}}"));
         out.push_str(value);
         rest = &after[end + 1..];

@@ -19,10 +19,10 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-pub(super) const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 const PROFILE: &str = "mcm-nodes";
-pub(super) const ACCESS_KEY_ID: &str = "AKIAMOTOTESTKEYID001";
-pub(super) const SECRET_ACCESS_KEY: &str = "moto-test-secret-access-key/0123456789";
+pub(crate) const ACCESS_KEY_ID: &str = "AKIAMOTOTESTKEYID001";
+pub(crate) const SECRET_ACCESS_KEY: &str = "moto-test-secret-access-key/0123456789";
 pub(super) const USER_DATA: &str = "#cloud-config\n# moto-test-user-data";
 
 /// Where `moto_server` is, or a panic saying how to get it.
@@ -48,9 +48,9 @@ fn moto_binary() -> PathBuf {
 }
 
 /// A `moto_server` on a free port of 127.0.0.1, killed when dropped.
-pub(super) struct Moto {
+pub(crate) struct Moto {
     child: Child,
-    pub(super) url: String,
+    pub(crate) url: String,
     addr: String,
     log: PathBuf,
 }
@@ -189,16 +189,16 @@ fn fast() -> AwsSettings {
 }
 
 /// moto with an instance profile, and what a class needs from it: an AMI, a subnet and a security group.
-pub(super) struct World {
-    pub(super) moto: Moto,
-    pub(super) ec2: Client,
+pub(crate) struct World {
+    pub(crate) moto: Moto,
+    pub(crate) ec2: Client,
     ami: String,
     subnet: String,
     security_group: String,
 }
 
 impl World {
-    pub(super) async fn start() -> World {
+    pub(crate) async fn start() -> World {
         let moto = Moto::start().await;
         moto.create_instance_profile(PROFILE).await;
         let ec2 = sdk(&moto);
@@ -221,7 +221,7 @@ impl World {
         AwsDriver::with_endpoint(&self.moto.url).with_settings(fast())
     }
 
-    pub(super) fn spec(&self, cluster: &str) -> Value {
+    pub(crate) fn spec(&self, cluster: &str) -> Value {
         json!({
             "ami": self.ami,
             "machineType": "t3.micro",

@@ -112,7 +112,14 @@ impl McmRun {
     }
 
     /// Spawns it for the objects of `namespace`.
-    fn spawn_in(namespace: &str, name: &str, kubeconfig: &Path, cloud_url: &str, dir: &Path, extra: &[&str]) -> McmRun {
+    pub(crate) fn spawn_in(
+        namespace: &str,
+        name: &str,
+        kubeconfig: &Path,
+        cloud_url: &str,
+        dir: &Path,
+        extra: &[&str],
+    ) -> McmRun {
         let stderr = dir.join(format!("{name}.stderr"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
         command
