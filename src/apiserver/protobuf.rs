@@ -70,7 +70,7 @@ pub fn decode(raw: &[u8]) -> Result<Value, ApiError> {
             return Err(ApiError::with_code(
                 415,
                 "UnsupportedMediaType",
-                &format!(
+                format!(
                     "the embedded API server does not decode protobuf {kind} bodies yet (only JSON and YAML): write the \
                      object to a file and use `kubectl create -f` or `kubectl apply -f`"
                 ),
