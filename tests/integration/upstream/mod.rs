@@ -4,6 +4,7 @@
 //!
 //! Without the tools every test here is skipped with a loud message; in CI (`CI=true`) their absence fails.
 
+#[cfg(feature = "aws")]
 mod aws;
 mod clusterctl;
 mod moving;
