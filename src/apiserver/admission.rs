@@ -269,7 +269,8 @@ pub fn decode_create(
         meta.remove(*field);
     }
     if rt.namespaced {
-        let body_ns = meta.get("namespace").and_then(Value::as_str).map(str::to_string);
+        // An empty namespace in the body is unset (protobuf clients always send the field).
+        let body_ns = meta.get("namespace").and_then(Value::as_str).filter(|ns| !ns.is_empty()).map(str::to_string);
         if let (Some(url), Some(body)) = (url_namespace, &body_ns)
             && url != body
         {
@@ -413,14 +414,15 @@ pub fn decode_update(
         )));
     }
     if rt.namespaced
-        && let Some(ns) = meta_str(&body, "namespace")
+        && let Some(ns) = meta_str(&body, "namespace").filter(|ns| !ns.is_empty())
         && ns != object::namespace(current)
     {
         return Err(ApiError::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
         ));
     }
-    match meta_str(&body, "resourceVersion") {
+    // An empty resourceVersion is none: an unconditional update.
+    match meta_str(&body, "resourceVersion").filter(|rv| !rv.is_empty()) {
         Some(rv) if Some(rv) != meta_str(current, "resourceVersion") => Err(ApiError::stale(subject(rt, name))),
         None if require_rv && rt.custom => Err(invalid(
             rt,
@@ -536,6 +538,44 @@ pub fn prepare_update(
 ) -> Result<Value, ApiError> {
     let body = decode_update(rt, version, current, body, require_rv)?;
     finish_update(rt, version, current, body, part)
+}
+
+#[cfg(test)]
+mod empty_metadata_tests {
+    use super::*;
+    use crate::apiserver::resources::Registry;
+
+    #[test]
+    fn empty_namespace_and_resource_version_are_unset() {
+        let mut store = Store::new(10);
+        let ns = resources::GroupResource::new("", "namespaces");
+        store.insert(&ns, json!({"metadata": {"name": "default"}}));
+        let cm = Registry::builtin().lookup("", "v1", "configmaps").unwrap();
+        let body = |meta: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta});
+        let cases = [
+            (json!({"name": "a", "namespace": ""}), Ok("default")),
+            (json!({"name": "a"}), Ok("default")),
+            (json!({"name": "a", "namespace": "default"}), Ok("default")),
+            (json!({"name": "a", "namespace": "other"}), Err(400)),
+        ];
+        for (meta, expected) in cases {
+            let decoded = decode_create(&store, &cm, "v1", Some("default"), body(meta.clone()));
+            let got = decoded.map(|o| object::namespace(&o).to_string()).map_err(|e| e.code);
+            assert_eq!(got, expected.map(str::to_string), "{meta}");
+        }
+        let current = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "a", "namespace": "default", "resourceVersion": "7"}});
+        let cases = [
+            (json!({"name": "a", "namespace": "", "resourceVersion": ""}), None),
+            (json!({"name": "a", "resourceVersion": "7"}), None),
+            (json!({"name": "a", "resourceVersion": "6"}), Some(409)),
+            (json!({"name": "a", "namespace": "other"}), Some(400)),
+        ];
+        for (meta, expected) in cases {
+            let got = decode_update(&cm, "v1", &current, body(meta.clone()), false).err().map(|e| e.code);
+            assert_eq!(got, expected, "{meta}");
+        }
+    }
 }
 
 #[cfg(test)]
