@@ -44,6 +44,10 @@ const CAPI_CORE: &[(&str, &str)] = &[
         include_str!("../../third_party/cluster-api/crds/cluster.x-k8s.io_machinehealthchecks.yaml"),
     ),
     (
+        "cluster.x-k8s.io_machinepools.yaml",
+        include_str!("../../third_party/cluster-api/crds/cluster.x-k8s.io_machinepools.yaml"),
+    ),
+    (
         "cluster.x-k8s.io_machines.yaml",
         include_str!("../../third_party/cluster-api/crds/cluster.x-k8s.io_machines.yaml"),
     ),

@@ -248,12 +248,21 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         now,
     ));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
-    if let Some(up_to_date) = obs.up_to_date {
-        let (reason, message) = match up_to_date {
-            true => ("UpToDate", ""),
-            false => ("NotUpToDate", "* its MachineSet's template is not the MachineDeployment's"),
+    if let Some(template_up_to_date) = obs.up_to_date {
+        // As core: the template first, then a Node running another Kubernetes version than the Machine asks for
+        // (core compares even without `spec.version`; we only when the Machine names one).
+        let kubelet = obs.node.and_then(|n| n.status.as_ref()?.node_info.as_ref()).map(|i| i.kubelet_version.as_str());
+        let wanted = m.spec.version.as_deref().filter(|v| !v.is_empty());
+        let (up_to_date, reason, message) = match (template_up_to_date, kubelet, wanted) {
+            (false, _, _) => {
+                (false, "NotUpToDate", "* its MachineSet's template is not the MachineDeployment's".into())
+            }
+            (true, Some(kubelet), Some(wanted)) if !kubelet.is_empty() && kubelet != wanted => {
+                (false, "Updating", format!("* Node.status.nodeInfo.kubeletVersion {kubelet}, {wanted} required"))
+            }
+            (true, _, _) => (true, "UpToDate", String::new()),
         };
-        conditions.push(condition(&old_conditions, "UpToDate", up_to_date, reason, message, now));
+        conditions.push(condition(&old_conditions, "UpToDate", up_to_date, reason, &message, now));
     }
     let mut all = old_conditions;
     merge_conditions(&mut all, conditions);
@@ -326,6 +335,32 @@ pub struct DeletionObservation<'a> {
     pub drain_started: Option<Timestamp>,
     /// The current time.
     pub now: Timestamp,
+}
+
+/// The merge patch by which a Machine takes its infrastructure machine, as core's Machine controller does with
+/// whatever `spec.infrastructureRef` names: a controller reference to the Machine (`owner`) and the
+/// `cluster.x-k8s.io/cluster-name` label. The MCMMachine controller waits for that owner, so a Machine made by
+/// hand (a control-plane Machine, say) next to its MCMMachine gets a VM only once taken. `None` when nothing is
+/// missing, or when another controller holds the object: that is not ours to take (core refuses it as well).
+pub fn infra_adoption(
+    infra: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+    cluster_name: &str,
+) -> Option<serde_json::Value> {
+    let controller = crate::lifecycle::claim::controller_of(infra);
+    if controller.is_some_and(|c| c.uid != owner.uid) {
+        return None;
+    }
+    let labelled =
+        infra.labels.as_ref().and_then(|l| l.get(capi::CLUSTER_NAME_LABEL)).map(String::as_str) == Some(cluster_name);
+    if controller.is_some() && (labelled || cluster_name.is_empty()) {
+        return None;
+    }
+    let mut patch = crate::lifecycle::claim::adopt_patch(infra, owner);
+    if !labelled && !cluster_name.is_empty() {
+        patch["metadata"]["labels"] = serde_json::json!({capi::CLUSTER_NAME_LABEL: cluster_name});
+    }
+    Some(patch)
 }
 
 fn hooks(m: &capi::Machine, prefix: &str) -> Vec<String> {
@@ -620,6 +655,90 @@ mod tests {
         assert_eq!(up_to_date(&plan(Some(true))), Some(("True".into(), "UpToDate".into())));
         assert_eq!(up_to_date(&plan(Some(false))), Some(("False".into(), "NotUpToDate".into())));
         assert_eq!(up_to_date(&plan(None)), None, "no owner seen: left alone");
+
+        // The Node's kubelet against the Machine's version, as core compares them.
+        let with_kubelet = |version: &str| {
+            let mut n = node(true, 10);
+            n.status.get_or_insert_with(Default::default).node_info =
+                Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+                    kubelet_version: version.into(),
+                    ..Default::default()
+                });
+            n
+        };
+        let versioned = |version: Option<&str>| {
+            let mut m = machine(true, &[]);
+            m.spec.version = version.map(str::to_string);
+            m
+        };
+        // (machine version, kubelet version, template up to date, expected status and reason)
+        let cases = [
+            (Some("v1.34.1"), "v1.34.1", true, ("True", "UpToDate")),
+            (Some("v1.34.1"), "v1.37.0", true, ("False", "Updating")),
+            (Some("v1.34.1"), "v1.37.0", false, ("False", "NotUpToDate")),
+            (Some("v1.34.1"), "", true, ("True", "UpToDate")),
+            (None, "v1.37.0", true, ("True", "UpToDate")),
+        ];
+        for (case, (version, kubelet, template, (status, reason))) in cases.into_iter().enumerate() {
+            let (m, n) = (versioned(version), with_kubelet(kubelet));
+            let p = plan_machine(&MachineObservation {
+                machine: &m,
+                infra: Some(&i),
+                node: Some(&n),
+                now: t(20),
+                creation_timeout: Duration::from_secs(600),
+                health_timeout: None,
+                up_to_date: Some(template),
+            });
+            assert_eq!(up_to_date(&p), Some((status.into(), reason.into())), "case {case}");
+        }
+    }
+
+    #[test]
+    fn a_machine_takes_its_infrastructure_machine_unless_another_controller_holds_it() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let reference = |uid: &str, controller: bool| OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: "m".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            block_owner_deletion: Some(true),
+        };
+        let mine = reference("mine", true);
+        let meta = |owners: Vec<OwnerReference>, label: Option<&str>| ObjectMeta {
+            owner_references: Some(owners),
+            labels: label.map(|l| BTreeMap::from([(capi::CLUSTER_NAME_LABEL.to_string(), l.to_string())])),
+            resource_version: Some("7".into()),
+            ..Default::default()
+        };
+        let labelled = serde_json::json!({capi::CLUSTER_NAME_LABEL: "demo"});
+        // (infra metadata, cluster name, expected owner references and labels of the patch; None: no patch)
+        let cases = [
+            (meta(vec![], None), "demo", Some((vec![mine.clone()], Some(labelled.clone())))),
+            (meta(vec![], Some("demo")), "demo", Some((vec![mine.clone()], None))),
+            (
+                meta(vec![reference("other", false)], None),
+                "",
+                Some((vec![reference("other", false), mine.clone()], None)),
+            ),
+            (meta(vec![mine.clone()], None), "demo", Some((vec![mine.clone()], Some(labelled.clone())))),
+            (meta(vec![mine.clone()], Some("demo")), "demo", None),
+            (meta(vec![mine.clone()], None), "", None),
+            (meta(vec![reference("other", true)], None), "demo", None),
+        ];
+        for (i, (infra, cluster, expected)) in cases.into_iter().enumerate() {
+            let patch = infra_adoption(&infra, &mine, cluster);
+            let got = patch.as_ref().map(|p| {
+                let owners: Vec<OwnerReference> =
+                    serde_json::from_value(p["metadata"]["ownerReferences"].clone()).unwrap();
+                (owners, p["metadata"].get("labels").cloned())
+            });
+            assert_eq!(got, expected, "case {i}");
+            if let Some(p) = patch {
+                assert_eq!(p["metadata"]["resourceVersion"], "7", "case {i}: guarded by the resourceVersion");
+            }
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes;
 use crate::drain::{self, DrainError, DrainOptions};
 use crate::lifecycle::capi_machine::{
-    DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step,
+    DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step, infra_adoption,
     merge_conditions, phase, plan_machine,
 };
 use crate::lifecycle::status::EventSpec;
@@ -64,6 +64,9 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         writes::add_finalizer(&api, &*m, MACHINE_FINALIZER).await?;
     }
     let infra = ctx.infra_of(&m);
+    if let Some(infra) = &infra {
+        take_infra(&ctx, &m, infra).await?;
+    }
     let provider_id = infra.as_ref().and_then(|i| i.spec.provider_id.clone()).or_else(|| m.spec.provider_id.clone());
     let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| ctx.node_by_provider_id(p));
     let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
@@ -103,6 +106,18 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
     }
     let resync = ctx.config.resync;
     Ok(Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync) + Duration::from_millis(100))))
+}
+
+/// Takes the MCMMachine as core does (`lifecycle::capi_machine::infra_adoption`).
+async fn take_infra(ctx: &CapiContext, m: &Machine, infra: &MCMMachine) -> Result<(), Error> {
+    let owner = super::capi_controller_ref("Machine", &m.metadata);
+    let Some(patch) = infra_adoption(&infra.metadata, &owner, &m.spec.cluster_name) else {
+        return Ok(());
+    };
+    let api: Api<MCMMachine> = Api::namespaced(ctx.control.clone(), &m.namespace().unwrap_or_default());
+    writes::merge(&api, infra, &patch, "take").await?;
+    tracing::info!(machine = %key_of(m), "took its MCMMachine (controller reference and cluster label)");
+    Ok(())
 }
 
 /// After an API error: back off per machine.

@@ -52,6 +52,8 @@ pub struct Vm {
     pub tags: BTreeMap<String, String>,
     /// Labels, annotations and taints its Node registers with.
     pub node_template: Option<NodeTemplateSpec>,
+    /// What its kubelet reports as `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: String,
     /// When it was created.
     pub created_at: Instant,
     /// When it finishes (or finished) booting.
@@ -323,6 +325,7 @@ impl InMemoryCloud {
                 memory: spec.memory.clone(),
                 tags: spec.tags.clone(),
                 node_template: machine.node_template.clone(),
+                kubelet_version: spec.kubelet_version.clone(),
                 created_at: now,
                 boot_at,
                 initialized_at: (!spec.require_initialize).then_some(now),

@@ -105,7 +105,7 @@ pub fn ready_status(vm: &Vm, since: &Time, heartbeat: &Time) -> NodeStatus {
             os_image: "InMemory Linux".into(),
             kernel_version: "6.12.0-inmemory".into(),
             container_runtime_version: "containerd://2.1.0".into(),
-            kubelet_version: KUBELET_VERSION.into(),
+            kubelet_version: vm.kubelet_version.clone(),
             kube_proxy_version: String::new(),
             machine_id: format!("{hex:0>32}"),
             system_uuid: uuid_like(hex),
@@ -148,6 +148,7 @@ mod tests {
             cpu: "4".into(),
             memory: "16Gi".into(),
             tags: BTreeMap::new(),
+            kubelet_version: "v1.34.1".into(),
             node_template: Some(NodeTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some([("pool".into(), "a".into()), ("kubernetes.io/os".into(), "windows".into())].into()),
@@ -212,7 +213,7 @@ mod tests {
         assert_eq!((addresses[1].type_.as_str(), addresses[1].address.as_str()), ("Hostname", "m1"));
         let info = status.node_info.unwrap();
         assert_eq!(info.system_uuid.len(), 36);
-        assert_eq!(info.kubelet_version, KUBELET_VERSION);
+        assert_eq!(info.kubelet_version, "v1.34.1", "the VM's version");
         let conditions = status.conditions.unwrap();
         let got: Vec<(&str, &str, &str)> =
             conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_deref().unwrap())).collect();

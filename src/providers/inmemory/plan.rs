@@ -165,6 +165,7 @@ mod tests {
             memory: "1Gi".into(),
             tags: BTreeMap::new(),
             node_template: None,
+            kubelet_version: "v1.37.0".into(),
             created_at: t0,
             boot_at: t0 + S * boot as u32,
             initialized_at: Some(t0),

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::providers::{Code, DriverError, tags};
 
 /// Every field the providerSpec accepts, in documentation order.
-pub const FIELDS: [&str; 14] = [
+pub const FIELDS: [&str; 15] = [
     "machineType",
     "cpu",
     "memory",
@@ -26,6 +26,7 @@ pub const FIELDS: [&str; 14] = [
     "tags",
     "requireInitialize",
     "failDelete",
+    "kubeletVersion",
 ];
 
 /// Default `machineType`.
@@ -74,6 +75,10 @@ pub struct ProviderSpec {
     pub require_initialize: bool,
     /// `failDelete` (extra): every delete fails with this code (default none).
     pub fail_delete: Option<Code>,
+    /// `kubeletVersion` (extra): what the VM's kubelet reports in `status.nodeInfo.kubeletVersion`, as an image of
+    /// that Kubernetes version would (default [`super::node::KUBELET_VERSION`]). CAPI core compares it with the
+    /// Machine's `spec.version`: a Machine whose Node runs another version is not up to date.
+    pub kubelet_version: String,
 }
 
 impl ProviderSpec {
@@ -133,6 +138,10 @@ impl ProviderSpec {
                 .transpose()?
                 .unwrap_or(false),
             fail_delete: get("failDelete").map(|v| code("failDelete", v)).transpose()?.flatten(),
+            kubelet_version: get("kubeletVersion")
+                .map(|v| version("kubeletVersion", v))
+                .transpose()?
+                .unwrap_or_else(|| super::node::KUBELET_VERSION.into()),
         })
     }
 
@@ -188,6 +197,18 @@ fn name(field: &str, v: &Value) -> Result<String, DriverError> {
         return Err(DriverError::invalid_field(field, format!("{s:?} must be non-empty, without spaces or '/'")));
     }
     Ok(s.to_string())
+}
+
+static VERSION: LazyLock<Option<Regex>> =
+    LazyLock::new(|| Regex::new(r"^v[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$").ok());
+
+/// A Kubernetes version as Machines carry it (`v1.34.1`, `v1.35.0-rc.1`).
+fn version(field: &str, v: &Value) -> Result<String, DriverError> {
+    let s = text(field, v)?;
+    match VERSION.as_ref() {
+        Some(re) if re.is_match(s) => Ok(s.to_string()),
+        _ => Err(DriverError::invalid_field(field, format!("{s:?} is not a Kubernetes version (e.g. \"v1.34.1\")"))),
+    }
 }
 
 static QUANTITY: LazyLock<Option<Regex>> = LazyLock::new(|| {
@@ -300,6 +321,7 @@ mod tests {
             ("kubernetes.io/cluster/dev", "kubernetes.io/role/node")
         );
         assert_eq!(spec.life_after_boot(), None);
+        assert_eq!(spec.kubelet_version, crate::providers::inmemory::node::KUBELET_VERSION);
         assert_eq!(ProviderSpec::parse(&with("region", json!("eu"))).unwrap().zone, "eu-a");
     }
 
@@ -309,6 +331,7 @@ mod tests {
             "machineType": "m.large", "cpu": "4", "memory": "16Gi", "region": "r", "zone": "r-b",
             "bootSeconds": 2, "bootJitter": 0.2, "failCreate": "ResourceExhausted", "failCreateRate": 0.5,
             "dieAfterSeconds": 30.5, "quota": 3, "requireInitialize": true, "failDelete": "Unavailable",
+            "kubeletVersion": "v1.34.1",
             "tags": {"kubernetes.io/cluster/dev": "1", "kubernetes.io/role/node": "1", "team": "a"}
         });
         let spec = ProviderSpec::parse(&v).unwrap();
@@ -318,6 +341,7 @@ mod tests {
         assert_eq!(spec.fail_delete, Some(Code::Unavailable));
         assert_eq!((spec.quota, spec.require_initialize, spec.tags.len()), (3, true, 3));
         assert_eq!(spec.life_after_boot(), Some(Duration::from_millis(30_500)));
+        assert_eq!(spec.kubelet_version, "v1.34.1");
         // Plain numbers are quantities too.
         assert_eq!(ProviderSpec::parse(&with("cpu", json!(8))).unwrap().cpu, "8");
     }
@@ -357,6 +381,12 @@ mod tests {
             ("machineType", with("machineType", json!("")), "providerSpec.machineType"),
             ("requireInitialize", with("requireInitialize", json!("yes")), "providerSpec.requireInitialize"),
             ("failDelete", with("failDelete", json!(5)), "providerSpec.failDelete: must be a string"),
+            ("kubeletVersion", with("kubeletVersion", json!("1.34")), "providerSpec.kubeletVersion: \"1.34\" is not"),
+            (
+                "kubeletVersion type",
+                with("kubeletVersion", json!(1.34)),
+                "providerSpec.kubeletVersion: must be a string",
+            ),
         ];
         for (name, value, want) in cases {
             let err = ProviderSpec::parse(value).unwrap_err();

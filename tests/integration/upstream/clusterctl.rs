@@ -4,7 +4,6 @@
 use serde_json::json;
 
 use super::{Cloud, Management, NS, Tools, capi, control_plane_machine, infra, list, running_workers, text, workers};
-use crate::support::Kubectl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_init_then_a_generated_cluster_scales_rolls_heals_and_goes() {
@@ -22,22 +21,8 @@ async fn clusterctl_init_then_a_generated_cluster_scales_rolls_heals_and_goes() 
 
     // generate cluster | kubectl apply: three workers Running with what upstream core set.
     m.prepare_cluster("demo", &m.server).await;
-    control_plane_machine(&m, "demo", None).await;
-    let manifest = m
-        .clusterctl_ok(&[
-            "generate",
-            "cluster",
-            "demo",
-            "--flavor",
-            "inmemory",
-            "--worker-machine-count",
-            "3",
-            "--target-namespace",
-            NS,
-        ])
-        .await;
-    let kubectl = Kubectl::for_kubeconfig(&m.kubeconfig);
-    kubectl.run(&["apply", "-f", kubectl.file("demo.yaml", &manifest).to_str().unwrap()]).await;
+    control_plane_machine(&m.client, "demo", None).await;
+    let kubectl = m.generate_and_apply("demo", 3).await;
     let first = running_workers(&m, &cloud, "demo-md-0", 3, 1).await;
     for machine in &first {
         let provider_id = text(machine, "/spec/providerID");

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::run::McmRun;
-use crate::support::TempDir;
+use crate::support::{Kubectl, TempDir};
 
 /// Long enough for anything these tests wait for on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(120);
@@ -71,6 +71,40 @@ impl Tools {
 
     fn path(&self, name: &str) -> PathBuf {
         self.bin.join(name)
+    }
+}
+
+/// Runs `tools`' clusterctl against `kubeconfig`: (success, stdout, stderr), or what it had printed to stderr
+/// when it timed out. Its home is `home` (no `~/.cluster-api`), with no version check (that would call GitHub).
+pub async fn clusterctl(
+    tools: &Tools,
+    home: &Path,
+    kubeconfig: &Path,
+    config: Option<&Path>,
+    args: &[&str],
+) -> Result<(bool, String, String), String> {
+    let (out, err) = (home.join("clusterctl.stdout"), home.join("clusterctl.stderr"));
+    let mut command = Command::new(tools.path("clusterctl"));
+    command.args(args).arg("--kubeconfig").arg(kubeconfig);
+    if let Some(config) = config {
+        command.arg("--config").arg(config);
+    }
+    command
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("xdg"))
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("clusterctl runs");
+    let status = tokio::time::timeout(WAIT, child.wait()).await;
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    match status {
+        Ok(status) => Ok((status.unwrap().success(), stdout, stderr)),
+        Err(_) => Err(format!("{stderr}\n{stdout}")),
     }
 }
 
@@ -130,33 +164,11 @@ impl Management {
         std::fs::write(self.dir.0.join("clusterctl.yaml"), config).unwrap();
     }
 
-    /// Runs clusterctl against this management cluster: (success, stdout, stderr). Its home is this cluster's
-    /// directory (no `~/.cluster-api`), with no version check (that would call GitHub).
+    /// Runs clusterctl against this management cluster: (success, stdout, stderr).
     pub async fn clusterctl(&self, args: &[&str]) -> (bool, String, String) {
-        let (out, err) = (self.dir.0.join("clusterctl.stdout"), self.dir.0.join("clusterctl.stderr"));
-        let mut command = Command::new(self.tools.path("clusterctl"));
-        command
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--config")
-            .arg(self.dir.0.join("clusterctl.yaml"))
-            .env("HOME", &self.dir.0)
-            .env("XDG_CONFIG_HOME", self.dir.0.join("xdg"))
-            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
-            .env_remove("KUBECONFIG")
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
-            .kill_on_drop(true);
-        let mut child = command.spawn().expect("clusterctl runs");
-        let status = tokio::time::timeout(WAIT, child.wait()).await;
-        let stdout = std::fs::read_to_string(&out).unwrap_or_default();
-        let stderr = std::fs::read_to_string(&err).unwrap_or_default();
-        match status {
-            Ok(status) => (status.unwrap().success(), stdout, stderr),
-            Err(_) => panic!("clusterctl {args:?} timed out:\n{stderr}\n{stdout}\n{}", self.logs()),
-        }
+        let config = self.dir.0.join("clusterctl.yaml");
+        let run = clusterctl(&self.tools, &self.dir.0, &self.kubeconfig, Some(&config), args).await;
+        run.unwrap_or_else(|stderr| panic!("clusterctl {args:?} timed out:\n{stderr}\n{}", self.logs()))
     }
 
     /// clusterctl, failing the test when it fails; its stdout.
@@ -326,6 +338,23 @@ impl Management {
         Api::<Secret>::namespaced(self.client.clone(), NS).create(&PostParams::default(), &secret).await.unwrap();
     }
 
+    /// `clusterctl generate cluster <cluster> --flavor inmemory --worker-machine-count <workers>` into the test
+    /// namespace: the manifest.
+    pub async fn generate(&self, cluster: &str, workers: u32) -> String {
+        let count = workers.to_string();
+        let args = ["generate", "cluster", cluster, "--flavor", "inmemory", "--worker-machine-count", &count];
+        self.clusterctl_ok(&[&args[..], &["--target-namespace", NS]].concat()).await
+    }
+
+    /// [`Self::generate`], applied with `kubectl apply -f`; the kubectl used.
+    pub async fn generate_and_apply(&self, cluster: &str, workers: u32) -> Kubectl {
+        let manifest = self.generate(cluster, workers).await;
+        let kubectl = Kubectl::for_kubeconfig(&self.kubeconfig);
+        let file = kubectl.file(&format!("{cluster}.yaml"), &manifest);
+        kubectl.run(&["apply", "-f", file.to_str().unwrap()]).await;
+        kubectl
+    }
+
     /// The last lines of core's log and our manager's stderr, for failure messages.
     pub fn logs(&self) -> String {
         let tail = |path: PathBuf| {
@@ -451,8 +480,19 @@ pub async fn list(client: &kube::Client, resource: &ApiResource, selector: &str)
 /// The worker Machines of deployment `md` if there are exactly `n`, each `Running` with the nodeRef and
 /// providerID upstream core set, and the in-memory cloud has one live VM for each (plus `others`).
 pub async fn workers(m: &Management, cloud: &Cloud, md: &str, n: usize, others: usize) -> Option<Vec<Value>> {
+    running_machines(&m.client, &cloud.cloud, md, n, others).await
+}
+
+/// [`workers`] on any API server and cloud.
+pub async fn running_machines(
+    client: &kube::Client,
+    cloud: &InMemoryCloud,
+    md: &str,
+    n: usize,
+    others: usize,
+) -> Option<Vec<Value>> {
     let selector = format!("cluster.x-k8s.io/deployment-name={md}");
-    let machines = list(&m.client, &capi("Machine", "machines"), &selector).await;
+    let machines = list(client, &capi("Machine", "machines"), &selector).await;
     let ready = machines.len() == n
         && machines.iter().all(|machine| {
             text(machine, "/status/phase") == "Running"
@@ -460,7 +500,7 @@ pub async fn workers(m: &Management, cloud: &Cloud, md: &str, n: usize, others: 
                 && text(machine, "/spec/providerID").starts_with("inmemory://")
                 && machine.pointer("/metadata/deletionTimestamp").is_none()
         });
-    (ready && cloud.cloud.live_vms().len() == n + others).then_some(machines)
+    (ready && cloud.live_vms().len() == n + others).then_some(machines)
 }
 
 /// Waits for [`workers`].
@@ -472,8 +512,8 @@ pub async fn running_workers(m: &Management, cloud: &Cloud, md: &str, n: usize, 
 /// A control-plane Machine on our provider. Core counts the control plane of a Cluster without a control plane
 /// provider as initialized once such a Machine has a Node; MachineHealthChecks wait for that.
 /// Its class is inline, or MachineClass `class`.
-pub async fn control_plane_machine(m: &Management, cluster: &str, class: Option<&str>) {
-    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(m.client.clone(), NS);
+pub async fn control_plane_machine(client: &kube::Client, cluster: &str, class: Option<&str>) {
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
     let bootstrap = serde_json::from_value(json!({
         "metadata": {"name": format!("{cluster}-cp-bootstrap"), "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
         "type": "cluster.x-k8s.io/secret",
@@ -482,7 +522,7 @@ pub async fn control_plane_machine(m: &Management, cluster: &str, class: Option<
     .unwrap();
     secrets.create(&PostParams::default(), &bootstrap).await.unwrap();
     let create = |resource: ApiResource, object: Value| async move {
-        let api: Api<DynamicObject> = Api::namespaced_with(m.client.clone(), NS, &resource);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
         api.create(&PostParams::default(), &serde_json::from_value(object).unwrap()).await.unwrap();
     };
     let labels = json!({"cluster.x-k8s.io/cluster-name": cluster, "cluster.x-k8s.io/control-plane": ""});
@@ -495,6 +535,7 @@ pub async fn control_plane_machine(m: &Management, cluster: &str, class: Option<
                 Some(name) => json!({"class": {"kind": "MachineClass", "name": name}}),
                 None => json!({"inlineClass": {"provider": "InMemory", "providerSpec": {
                     "machineType": "m.small", "region": "local", "zone": "local-a", "bootSeconds": 0.5,
+                    "kubeletVersion": "v1.34.1",
                     "tags": {format!("kubernetes.io/cluster/{cluster}"): "1", "kubernetes.io/role/node": "1"},
                 }}}),
             },

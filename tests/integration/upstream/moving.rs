@@ -9,7 +9,6 @@ use kube::discovery::ApiResource;
 use serde_json::json;
 
 use super::{Cloud, Management, NS, Tools, capi, control_plane_machine, list, running_workers, text};
-use crate::support::Kubectl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
@@ -29,22 +28,8 @@ async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
     // the cluster's namespace, which must move along.
     source.prepare_cluster("demo", &source.server).await;
     machine_class(&source, "demo-class").await;
-    control_plane_machine(&source, "demo", Some("demo-class")).await;
-    let manifest = source
-        .clusterctl_ok(&[
-            "generate",
-            "cluster",
-            "demo",
-            "--flavor",
-            "inmemory",
-            "--worker-machine-count",
-            "3",
-            "--target-namespace",
-            NS,
-        ])
-        .await;
-    let kubectl = Kubectl::for_kubeconfig(&source.kubeconfig);
-    kubectl.run(&["apply", "-f", kubectl.file("demo.yaml", &manifest).to_str().unwrap()]).await;
+    control_plane_machine(&source.client, "demo", Some("demo-class")).await;
+    source.generate_and_apply("demo", 3).await;
     let before = running_workers(&source, &cloud, "demo-md-0", 3, 1).await;
     let ids: Vec<String> = before.iter().map(|m| text(m, "/spec/providerID").to_string()).collect();
     let stats = cloud.cloud.stats();
