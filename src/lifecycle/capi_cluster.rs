@@ -73,6 +73,18 @@ pub struct ClusterPlan {
     pub status: ClusterStatus,
 }
 
+/// The merge patch putting the `cluster.x-k8s.io/cluster-name` label on an object of Cluster `cluster_name`, as
+/// core's defaulting webhooks do for MachineDeployments and MachineSets (`clusterctl describe` finds a Cluster's
+/// MachineDeployments by it); `None` when it is there or no cluster is named.
+pub fn cluster_label_patch(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    cluster_name: &str,
+) -> Option<serde_json::Value> {
+    let labelled = meta.labels.as_ref().and_then(|l| l.get(capi::CLUSTER_NAME_LABEL)).map(String::as_str);
+    (!cluster_name.is_empty() && labelled != Some(cluster_name))
+        .then(|| serde_json::json!({"metadata": {"labels": {capi::CLUSTER_NAME_LABEL: cluster_name}}}))
+}
+
 /// Whether the Cluster names an MCMCluster (`spec.infrastructureRef`), and which.
 pub fn infra_name(cluster: &Cluster) -> Option<&str> {
     cluster

@@ -98,6 +98,18 @@ pub fn condition(
     now: Timestamp,
 ) -> Condition {
     let status = if status { "True" } else { "False" };
+    condition_with_status(old, type_, status, reason, message, now)
+}
+
+/// [`condition`] with any status (`True`, `False`, `Unknown`).
+pub fn condition_with_status(
+    old: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> Condition {
     let previous = old.iter().find(|c| c.type_ == type_);
     let time = match previous {
         Some(p) if p.status == status => p.last_transition_time.clone(),
@@ -195,7 +207,7 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
             &old_conditions,
             "BootstrapConfigReady",
             bootstrap,
-            if bootstrap { "DataSecretAvailable" } else { "DataSecretNotAvailable" },
+            if bootstrap { "DataSecretProvided" } else { "DataSecretNotAvailable" },
             "",
             now,
         ),
@@ -235,6 +247,10 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let ready = healthy && failure.is_none() && phase == phase::RUNNING;
     let (reason, message) = match &failure {
         Some((reason, message)) => (reason.to_string(), message.clone()),
+        // Core's summary keeps the infrastructure's word on a Ready machine (`clusterctl describe` shows it).
+        None if ready && !infra_message.is_empty() => {
+            ("Ready".to_string(), format!("* InfrastructureReady: {infra_message}"))
+        }
         None if ready => ("Ready".to_string(), String::new()),
         None => ("NotReady".to_string(), format!("phase {phase}")),
     };
@@ -248,6 +264,10 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         now,
     ));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
+    // Core's: no in-place update runs here (MCM's in-place updates are the MCM flavour's), and a paused Machine is
+    // not reconciled at all.
+    conditions.push(condition(&old_conditions, "Updating", false, "NotUpdating", "", now));
+    conditions.push(condition(&old_conditions, "Paused", false, "NotPaused", "", now));
     if let Some(template_up_to_date) = obs.up_to_date {
         // As core: the template first, then a Node running another Kubernetes version than the Machine asks for
         // (core compares even without `spec.version`; we only when the Machine names one).
@@ -351,14 +371,13 @@ pub fn infra_adoption(
     if controller.is_some_and(|c| c.uid != owner.uid) {
         return None;
     }
-    let labelled =
-        infra.labels.as_ref().and_then(|l| l.get(capi::CLUSTER_NAME_LABEL)).map(String::as_str) == Some(cluster_name);
-    if controller.is_some() && (labelled || cluster_name.is_empty()) {
+    let label = super::capi_cluster::cluster_label_patch(infra, cluster_name);
+    if controller.is_some() && label.is_none() {
         return None;
     }
     let mut patch = crate::lifecycle::claim::adopt_patch(infra, owner);
-    if !labelled && !cluster_name.is_empty() {
-        patch["metadata"]["labels"] = serde_json::json!({capi::CLUSTER_NAME_LABEL: cluster_name});
+    if let Some(label) = label {
+        patch["metadata"]["labels"] = label["metadata"]["labels"].clone();
     }
     Some(patch)
 }

@@ -20,6 +20,7 @@
 
 pub mod capi_cluster;
 pub mod capi_machine;
+pub mod capi_replicas;
 pub mod claim;
 pub mod class;
 pub mod clock;

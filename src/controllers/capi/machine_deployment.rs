@@ -29,13 +29,16 @@ use crate::convert::{
     apply_capi_deployment_defaults, deployment_from_capi, deployment_status_to_capi, deployment_to_capi,
     machine_set_from_capi, machine_set_to_capi,
 };
+use crate::lifecycle::capi_cluster::cluster_label_patch;
 use crate::lifecycle::capi_machine::merge_conditions;
+use crate::lifecycle::capi_replicas::{Availability, ReplicaObservation, machine_deployment_conditions};
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, controller_of, release_patch};
 use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME};
 use crate::lifecycle::machine_deployment::nodes::DeploymentMachine;
 use crate::lifecycle::machine_deployment::plan::{
     DeploymentDecision, DeploymentObservation, DeploymentPlan, EventType, FinalizerChange, plan_deployment,
 };
+use crate::lifecycle::machine_deployment::rollout::max_unavailable;
 use crate::lifecycle::machine_deployment::template::{CreateConflict, on_create_conflict};
 use crate::lifecycle::machine_deployment::validation::validate;
 use crate::lifecycle::merge_patch_of;
@@ -75,6 +78,10 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
         }
         return Ok(Action::requeue(resync));
     }
+    if !deleting && let Some(patch) = cluster_label_patch(&d.metadata, &d.spec.cluster_name) {
+        let api: Api<MachineDeployment> = Api::namespaced(ctx.control.clone(), &d.namespace().unwrap_or_default());
+        writes::merge(&api, &*d, &patch, "label").await?;
+    }
     let mut written = Written::default();
     let result = observe_and_act(&ctx, &d, &hub, now, &mut written).await;
     written.settle(&ctx.machines, &ctx.sets, &ctx.deployments, &key).await;
@@ -103,12 +110,16 @@ async fn observe_and_act(
     let sets = claim_sets(ctx, d, written).await?;
     let hub_sets: Vec<mcm::MachineSet> = sets.iter().map(machine_set_from_capi).collect();
     let uids: HashSet<String> = sets.iter().filter_map(|s| s.uid()).collect();
-    let machines: Vec<DeploymentMachine> = ctx
+    let owned: Vec<Machine> = ctx
         .machines
         .state()
         .iter()
         .filter(|m| m.namespace() == d.namespace())
         .filter(|m| controller_of(&m.metadata).is_some_and(|r| uids.contains(&r.uid)))
+        .map(|m| (**m).clone())
+        .collect();
+    let machines: Vec<DeploymentMachine> = owned
+        .iter()
         .map(|m| {
             let hub_machine = machine_to_hub(m, ctx.infra_of(m).as_deref());
             let node = hub_machine.labels().get(NODE_LABEL).and_then(|n| ctx.node(n));
@@ -133,7 +144,7 @@ async fn observe_and_act(
         }
     };
     tracing::debug!(machine_deployment = %key_of(d), ?plan, "plan");
-    execute(ctx, d, hub, &sets, &hub_sets, plan, written).await
+    execute(ctx, d, hub, (&sets, &hub_sets), &owned, plan, written).await
 }
 
 /// The CAPI patch for a hub patch: the hub object patched, both converted, the difference (status left out).
@@ -237,8 +248,8 @@ async fn execute(
     ctx: &CapiContext,
     d: &MachineDeployment,
     hub: &mcm::MachineDeployment,
-    sets: &[MachineSet],
-    hub_sets: &[mcm::MachineSet],
+    (sets, hub_sets): (&[MachineSet], &[mcm::MachineSet]),
+    owned: &[Machine],
     plan: DeploymentPlan,
     written: &mut Written,
 ) -> Result<Option<Duration>, Error> {
@@ -359,9 +370,24 @@ async fn execute(
 
     apply_node_effects(ctx.target.as_ref(), &|n| ctx.node(n), &plan.nodes).await;
 
-    if let Some(status) = &plan.status {
+    // Core's conditions follow the Machines even when MCM's status did not move.
+    if let Some(status) = plan.status.as_ref().or(hub.status.as_ref()) {
         let old = current.status.clone().unwrap_or_default();
-        let new = capi_status(&old, &current, status);
+        let mut new = capi_status(&old, &current, status);
+        let deleting = current.metadata.deletion_timestamp.is_some();
+        let observation = ReplicaObservation {
+            desired: if deleting { 0 } else { current.spec.replicas.unwrap_or(1) },
+            current: new.replicas.unwrap_or(0),
+            machines: owned,
+            deleting,
+            now: Timestamp::now(),
+        };
+        let availability =
+            Availability { available: new.available_replicas.unwrap_or(0), max_unavailable: max_unavailable(hub) };
+        let core = machine_deployment_conditions(&observation, availability, old.conditions.as_deref().unwrap_or(&[]));
+        let mut conditions = new.conditions.take().unwrap_or_default();
+        merge_conditions(&mut conditions, core);
+        new.conditions = Some(conditions);
         if let Some(mut patch) = status_patch(&old, &new) {
             if patch["status"].get("conditions").is_some() {
                 patch["metadata"] = json!({"resourceVersion": current.resource_version()});

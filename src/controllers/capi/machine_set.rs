@@ -28,6 +28,7 @@ use crate::controllers::writes::{self, MANAGER};
 use crate::convert::machine_view::{machine_from_hub, machine_to_hub};
 use crate::convert::{machine_set_from_capi, set_status_to_capi};
 use crate::lifecycle::capi_machine::merge_conditions;
+use crate::lifecycle::capi_replicas::{ReplicaObservation, machine_set_conditions};
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, release_patch};
 use crate::lifecycle::machine_set::machines::machine_from_template;
 use crate::lifecycle::machine_set::status::{FailedOperation, ReplicaFailure, machine_set_status};
@@ -196,6 +197,17 @@ async fn run(
     // CAPI counts the machines whose `UpToDate` (set by the Machine controller from the owners) is True.
     let up_to_date = machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none() && is_up_to_date(m)).count();
     new.up_to_date_replicas = Some(i32::try_from(up_to_date).unwrap_or(i32::MAX));
+    let observation = ReplicaObservation {
+        desired: if deleting { 0 } else { set.spec.replicas.unwrap_or(1) },
+        current: new.replicas.unwrap_or(0),
+        machines: &machines,
+        deleting,
+        now,
+    };
+    let core = machine_set_conditions(&observation, old.conditions.as_deref().unwrap_or(&[]));
+    let mut conditions = new.conditions.take().unwrap_or_default();
+    merge_conditions(&mut conditions, core);
+    new.conditions = Some(conditions);
     if let Some(patch) = status_patch(&old, &new) {
         let updated = sets
             .patch_status(&set.name_any(), &params(), &Patch::Merge(&patch))

@@ -162,3 +162,17 @@ fn only_mcm_clusters_are_mirrored() {
     assert_eq!(infra_name(&other), None);
     assert_eq!(infra_name(&cluster(json!({}))), Some("dev"));
 }
+
+#[test]
+fn objects_of_a_cluster_get_its_name_label_once() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let meta = |label: Option<&str>| ObjectMeta {
+        labels: label.map(|l| [(capi::CLUSTER_NAME_LABEL.to_string(), l.to_string())].into()),
+        ..Default::default()
+    };
+    let patch = json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "dev"}}});
+    assert_eq!(cluster_label_patch(&meta(None), "dev"), Some(patch.clone()));
+    assert_eq!(cluster_label_patch(&meta(Some("old")), "dev"), Some(patch));
+    assert_eq!(cluster_label_patch(&meta(Some("dev")), "dev"), None);
+    assert_eq!(cluster_label_patch(&meta(None), ""), None, "no cluster named");
+}

@@ -41,7 +41,7 @@ async fn upstream_crds_apply_and_become_established() {
     let out = kubectl.run(&["apply", "-f", &capi, "-f", &mcm]).await;
     assert!(out.contains("customresourcedefinition.apiextensions.k8s.io/machines.cluster.x-k8s.io created"), "{out}");
     let waited = kubectl.run(&["wait", "--for", "condition=established", "crd", "--all", "--timeout=60s"]).await;
-    assert_eq!(waited.lines().count(), 9, "{waited}");
+    assert_eq!(waited.lines().count(), 10, "{waited}");
     let resources = kubectl.run(&["api-resources", "--api-group=machine.sapcloud.io"]).await;
     assert!(resources.lines().any(|l| l.starts_with("machinedeployments") && l.contains(" mcd ")), "{resources}");
     let again = kubectl.run(&["apply", "-f", &mcm]).await;

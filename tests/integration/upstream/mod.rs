@@ -7,6 +7,7 @@
 #[cfg(feature = "aws")]
 mod aws;
 mod clusterctl;
+mod differential;
 mod moving;
 
 use std::net::SocketAddr;
