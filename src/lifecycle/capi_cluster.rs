@@ -111,6 +111,94 @@ fn controller_ref(cluster: &Cluster) -> OwnerReference {
     }
 }
 
+/// Label marking a control-plane Machine (CAPI's).
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+
+/// One replica summary as the Cluster's status carries it (`status.controlPlane`, `status.workers`): every
+/// counter stays absent until something counts towards it, as core leaves its pointers nil.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counters {
+    desired: Option<i32>,
+    replicas: Option<i32>,
+    ready: Option<i32>,
+    available: Option<i32>,
+    up_to_date: Option<i32>,
+}
+
+impl Counters {
+    fn add(slot: &mut Option<i32>, n: Option<i32>) {
+        if let Some(n) = n {
+            *slot = Some(slot.unwrap_or(0) + n);
+        }
+    }
+
+    fn add_machine(&mut self, m: &capi::Machine) {
+        let is_true = |type_: &str| {
+            let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
+            i32::from(conditions.is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True")))
+        };
+        Self::add(&mut self.desired, Some(1));
+        Self::add(&mut self.replicas, Some(1));
+        Self::add(&mut self.ready, Some(is_true("Ready")));
+        Self::add(&mut self.available, Some(is_true("Available")));
+        Self::add(&mut self.up_to_date, Some(is_true("UpToDate")));
+    }
+
+    fn to_json(self) -> serde_json::Value {
+        let mut map = serde_json::Map::new();
+        for (key, value) in [
+            ("desiredReplicas", self.desired),
+            ("replicas", self.replicas),
+            ("readyReplicas", self.ready),
+            ("availableReplicas", self.available),
+            ("upToDateReplicas", self.up_to_date),
+        ] {
+            if let Some(v) = value {
+                map.insert(key.into(), v.into());
+            }
+        }
+        serde_json::Value::Object(map)
+    }
+}
+
+/// The Cluster's `status.controlPlane` and `status.workers`, counted as core counts them: without a
+/// `controlPlaneRef` the control plane is its Machines labelled `cluster.x-k8s.io/control-plane` (one desired
+/// replica per Machine); workers are its MachineDeployments' counters plus its stand-alone Machines (no controller).
+/// `deployments` and `machines` are those of the Cluster. With a `controlPlaneRef`, `controlPlane` is left out:
+/// it is the control plane provider's to report.
+pub fn replica_counters(
+    cluster: &Cluster,
+    deployments: &[&capi::MachineDeployment],
+    machines: &[&capi::Machine],
+) -> Vec<(&'static str, serde_json::Value)> {
+    let is_control_plane =
+        |m: &capi::Machine| m.metadata.labels.as_ref().is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL));
+    let mut workers = Counters::default();
+    for d in deployments {
+        let status = d.status.as_ref();
+        Counters::add(&mut workers.desired, d.spec.replicas);
+        Counters::add(&mut workers.replicas, status.and_then(|s| s.replicas));
+        Counters::add(&mut workers.ready, status.and_then(|s| s.ready_replicas));
+        Counters::add(&mut workers.available, status.and_then(|s| s.available_replicas));
+        Counters::add(&mut workers.up_to_date, status.and_then(|s| s.up_to_date_replicas));
+    }
+    let standalone = |m: &&&capi::Machine| {
+        !is_control_plane(m) && super::claim::controller_of(&m.metadata).is_none_or(|o| o.kind == "Cluster")
+    };
+    for m in machines.iter().filter(standalone) {
+        workers.add_machine(m);
+    }
+    let mut out = vec![("workers", workers.to_json())];
+    if cluster.spec.control_plane_ref.as_ref().is_none_or(|r| r.name.is_empty()) {
+        let mut control_plane = Counters::default();
+        for m in machines.iter().filter(|m| is_control_plane(m)) {
+            control_plane.add_machine(m);
+        }
+        out.push(("controlPlane", control_plane.to_json()));
+    }
+    out
+}
+
 /// Whether the Cluster is paused: `spec.paused` or the `cluster.x-k8s.io/paused` annotation.
 pub fn paused(cluster: &Cluster) -> bool {
     super::infra::paused(Some(cluster), cluster.metadata.annotations.as_ref())

@@ -19,7 +19,7 @@ use crate::api::infra::MCMCluster;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::controllers::writes;
-use crate::lifecycle::capi_cluster::{ClusterObservation, infra_name, plan_cluster};
+use crate::lifecycle::capi_cluster::{ClusterObservation, infra_name, paused, plan_cluster, replica_counters};
 use crate::lifecycle::status_patch;
 
 /// Reconciles a CAPI Cluster.
@@ -30,7 +30,21 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
     }
     let namespace = c.namespace().unwrap_or_default();
     let infra = infra_name(&c).and_then(|name| ctx.infra_clusters.get(&ObjectRef::new(name).within(&namespace)));
-    let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });
+    let mut plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });
+    if !paused(&c) {
+        let name = c.name_any();
+        let of_cluster =
+            |ns: Option<String>, cluster: &str| ns.as_deref() == Some(namespace.as_str()) && cluster == name;
+        let deployments = ctx.deployments.state();
+        let deployments: Vec<_> =
+            deployments.iter().filter(|d| of_cluster(d.namespace(), &d.spec.cluster_name)).map(|d| &**d).collect();
+        let machines = ctx.machines.state();
+        let machines: Vec<_> =
+            machines.iter().filter(|m| of_cluster(m.namespace(), &m.spec.cluster_name)).map(|m| &**m).collect();
+        plan.status.extra.extend(
+            replica_counters(&c, &deployments, &machines).into_iter().map(|(key, value)| (key.to_string(), value)),
+        );
+    }
     let api: Api<Cluster> = Api::namespaced(ctx.control.clone(), &namespace);
     if let Some(infra) = &infra
         && (plan.own_infra.is_some() || plan.label_infra.is_some())

@@ -289,7 +289,8 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
-    let cluster_triggers = cluster_triggers(&mut clusters, &mut infra_clusters, &ctx);
+    let cluster_triggers =
+        cluster_triggers(&mut clusters, &mut infra_clusters, (&mut deployments, &mut machines), &ctx);
     let cluster_controller = controller(
         ctx.clusters.clone(),
         cluster_triggers,
@@ -407,12 +408,23 @@ fn deployment_triggers(
     stream::select_all(vec![own.boxed(), by_set.boxed(), by_machine.boxed()])
 }
 
-/// Cluster changes, and changes of the MCMCluster a Cluster owns or names.
+/// Cluster changes, changes of the MCMCluster a Cluster owns or names, and of its MachineDeployments and Machines
+/// (the Cluster counts their replicas).
 fn cluster_triggers(
     clusters: &mut Informer<capi::Cluster>,
     infra_clusters: &mut Informer<MCMCluster>,
+    (deployments, machines): (&mut Informer<MachineDeployment>, &mut Informer<Machine>),
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<capi::Cluster>> + Send + 'static {
+    let of_cluster = |ns: Option<String>, cluster: &str| ObjectRef::new(cluster).within(&ns.unwrap_or_default());
+    let by_deployment = refs(deployments.subscribe(), move |n: Notice<MachineDeployment>| {
+        let d = n.object();
+        (!d.spec.cluster_name.is_empty()).then(|| of_cluster(d.namespace(), &d.spec.cluster_name))
+    });
+    let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
+        let m = n.object();
+        (!m.spec.cluster_name.is_empty()).then(|| of_cluster(m.namespace(), &m.spec.cluster_name))
+    });
     let own = refs(clusters.subscribe(), |n| match n {
         Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
         Notice::Deleted(_) => None,
@@ -432,7 +444,7 @@ fn cluster_triggers(
             .map(|c| ObjectRef::from_obj(&**c))
             .collect::<Vec<_>>()
     });
-    stream::select_all(vec![own.boxed(), by_infra.boxed()])
+    stream::select_all(vec![own.boxed(), by_infra.boxed(), by_deployment.boxed(), by_machine.boxed()])
 }
 
 fn machine_triggers(

@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::json;
 
@@ -175,4 +177,60 @@ fn objects_of_a_cluster_get_its_name_label_once() {
     assert_eq!(cluster_label_patch(&meta(Some("old")), "dev"), Some(patch));
     assert_eq!(cluster_label_patch(&meta(Some("dev")), "dev"), None);
     assert_eq!(cluster_label_patch(&meta(None), ""), None, "no cluster named");
+}
+
+#[test]
+fn replica_counters_sum_deployments_standalone_workers_and_control_plane_machines() {
+    let deployment = |replicas: i32, ready: i32| -> capi::MachineDeployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "md", "namespace": "ns"},
+            "spec": {"clusterName": "dev", "replicas": replicas, "selector": {}, "template": {"spec": {
+                "clusterName": "dev", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "t"}}}},
+            "status": {"replicas": replicas, "readyReplicas": ready, "availableReplicas": ready, "upToDateReplicas": replicas},
+        }))
+        .unwrap()
+    };
+    let machine = |name: &str, labels: serde_json::Value, owner: Option<&str>, ready: bool| -> capi::Machine {
+        let status = if ready { "True" } else { "False" };
+        let conditions: Vec<_> = ["Ready", "Available", "UpToDate"]
+            .iter()
+            .map(|t| json!({"type": t, "status": status, "reason": "R", "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}))
+            .collect();
+        let owners: Vec<_> = owner
+            .map(|kind| json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": "o", "uid": "u", "controller": true}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "labels": labels, "ownerReferences": owners},
+            "spec": {"clusterName": "dev", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": name}},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    };
+    let c = cluster(json!({}));
+    let cp = json!({CONTROL_PLANE_LABEL: ""});
+    let (d1, d2) = (deployment(3, 2), deployment(1, 1));
+    let machines = [
+        machine("cp-0", cp.clone(), None, true),
+        machine("cp-1", cp, None, false),
+        machine("lone", json!({}), None, true),
+        machine("owned-by-cluster", json!({}), Some("Cluster"), false),
+        machine("in-a-set", json!({}), Some("MachineSet"), true),
+    ];
+    let counters: BTreeMap<_, _> =
+        replica_counters(&c, &[&d1, &d2], &machines.iter().collect::<Vec<_>>()).into_iter().collect();
+    assert_eq!(
+        counters["workers"],
+        json!({"desiredReplicas": 6, "replicas": 6, "readyReplicas": 4, "availableReplicas": 4, "upToDateReplicas": 5})
+    );
+    assert_eq!(
+        counters["controlPlane"],
+        json!({"desiredReplicas": 2, "replicas": 2, "readyReplicas": 1, "availableReplicas": 1, "upToDateReplicas": 1})
+    );
+    // Nothing counted: no counters at all (describe shows empty columns, as for core).
+    let empty: BTreeMap<_, _> = replica_counters(&c, &[], &[]).into_iter().collect();
+    assert_eq!((empty["workers"].clone(), empty["controlPlane"].clone()), (json!({}), json!({})));
+    // A control plane provider reports its own counters.
+    let provided = cluster(json!({"spec": {"controlPlaneRef": {"apiGroup": "g", "kind": "KCP", "name": "cp"}}}));
+    assert!(replica_counters(&provided, &[], &[]).iter().all(|(key, _)| *key != "controlPlane"));
 }

@@ -32,8 +32,10 @@ const KEPT: &[(&str, &str)] = &[
     // MCM keeps old MachineSets at 0 replicas for rollbacks (revisionHistoryLimit); core deletes them.
     ("rolled to a new template", "MachineSets scaled to 0"),
     ("one Machine deleted", "MachineSets scaled to 0"),
-    // The Cluster's summary (status.workers counters, Available) is not written in our mode.
-    ("*", "describe Cluster demo/demo #1"),
+    // The Cluster's Available summary is not written in our mode (its replica counters are).
+    ("*", "describe Cluster demo/demo #1 STATUS"),
+    ("*", "describe Cluster demo/demo #1 REASON"),
+    ("*", "describe Cluster demo/demo #1 MESSAGE"),
 ];
 
 /// One side of the comparison: an API server with a cloud, a controller set and the tools to look at it.
@@ -275,8 +277,10 @@ async fn describe(side: &Side) -> Snapshot {
     let starts: Vec<usize> =
         columns.iter().map(|c| head.find(c).map(|b| head[..b].chars().count()).unwrap_or(usize::MAX)).collect();
     let generated = regex::Regex::new(&format!("{MD}-[a-z0-9]+(-[a-z0-9]+)?")).unwrap();
-    let mut rows = Vec::new();
-    let mut row: Option<Vec<String>> = None;
+    let vm = regex::Regex::new("i-[0-9a-f]{16}").unwrap();
+    let normal = |text: &str| vm.replace_all(&generated.replace_all(text, format!("{MD}-*")), "i-*").to_string();
+    // Each row: its normalised name, then (column, value) with a message's continuation lines joined.
+    let mut rows: Vec<(String, Vec<(&str, String)>)> = Vec::new();
     for line in &lines[header + 1..] {
         let cell = |i: usize| -> String {
             let (from, to) = (starts[i], starts.get(i + 1).copied().unwrap_or(usize::MAX));
@@ -288,36 +292,27 @@ async fn describe(side: &Side) -> Snapshot {
         let name = cell(0);
         let continued = name.chars().all(|c| "│ ".contains(c));
         if !continued {
-            rows.extend(row.take());
-            let kind_and_name = name.trim_start_matches(|c: char| "│├└─ ".contains(c)).to_string();
-            row = Some(vec![kind_and_name]);
+            let kind_and_name = name.trim_start_matches(|c: char| "│├└─ ".contains(c));
+            rows.push((normal(kind_and_name), Vec::new()));
         }
-        if let Some(row) = row.as_mut() {
-            for (i, column) in columns.iter().enumerate().skip(1) {
-                if *column == "SINCE" {
-                    continue;
-                }
-                let value = cell(i);
-                if continued && value.is_empty() {
-                    continue;
-                }
-                row.push(format!("{column}={value}"));
+        let Some((_, cells)) = rows.last_mut() else { continue };
+        for (i, column) in columns.iter().enumerate().skip(1).filter(|(_, c)| **c != "SINCE") {
+            let value = normal(&cell(i));
+            match cells.iter_mut().find(|(c, _)| c == column) {
+                Some((_, text)) if !value.is_empty() => *text = format!("{text} {value}"),
+                Some(_) => {}
+                None => cells.push((column, value)),
             }
         }
     }
-    rows.extend(row);
-    let vm = regex::Regex::new("i-[0-9a-f]{16}").unwrap();
-    let mut rows: Vec<String> = rows
-        .into_iter()
-        .map(|r| generated.replace_all(&r.join(" "), format!("{MD}-*")).to_string())
-        .map(|r| vm.replace_all(&r, "i-*").to_string())
-        .collect();
     rows.sort();
     let mut seen = Snapshot::new();
-    for row in rows {
-        let (name, columns) = row.split_once(" REPLICAS=").map_or((row.as_str(), ""), |(n, c)| (n, c));
-        let key = (1..).map(|i| format!("describe {name} #{i}")).find(|k| !seen.contains_key(k)).unwrap_or_default();
-        seen.insert(key, format!("REPLICAS={columns}"));
+    for (name, cells) in rows {
+        let row = (1..).map(|i| format!("describe {name} #{i}")).find(|k| !seen.contains_key(&format!("{k} REPLICAS")));
+        let row = row.unwrap_or_default();
+        for (column, value) in cells {
+            seen.insert(format!("{row} {column}"), value);
+        }
     }
     seen
 }
