@@ -111,6 +111,24 @@ fn controller_ref(cluster: &Cluster) -> OwnerReference {
     }
 }
 
+/// Why a MachineDeployment, MachineSet or Machine (`kind`) of Cluster `cluster` is paused, in core's words
+/// (its `Paused` condition's message), or `None`: the Cluster's `spec.paused` (what `clusterctl move` sets) pauses
+/// every object of the Cluster; the `cluster.x-k8s.io/paused` annotation pauses the object carrying it.
+pub fn paused_message(
+    cluster: Option<&Cluster>,
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<String> {
+    let mut why = Vec::new();
+    if cluster.is_some_and(|c| c.spec.paused == Some(true)) {
+        why.push("Cluster spec.paused is set to true".to_string());
+    }
+    if meta.annotations.as_ref().is_some_and(|a| a.contains_key(capi::PAUSED_ANNOTATION)) {
+        why.push(format!("{kind} has the {} annotation", capi::PAUSED_ANNOTATION));
+    }
+    (!why.is_empty()).then(|| why.join(", "))
+}
+
 /// Label marking a control-plane Machine (CAPI's).
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
 
@@ -163,12 +181,13 @@ impl Counters {
 
 /// The Cluster's `status.controlPlane` and `status.workers`, counted as core counts them: without a
 /// `controlPlaneRef` the control plane is its Machines labelled `cluster.x-k8s.io/control-plane` (one desired
-/// replica per Machine); workers are its MachineDeployments' counters plus its stand-alone Machines (no controller).
-/// `deployments` and `machines` are those of the Cluster. With a `controlPlaneRef`, `controlPlane` is left out:
-/// it is the control plane provider's to report.
+/// replica per Machine); workers are its MachineDeployments' counters, its stand-alone MachineSets' counters and its
+/// stand-alone Machines (no controller, or the Cluster). `deployments`, `sets` and `machines` are those of the
+/// Cluster. With a `controlPlaneRef`, `controlPlane` is left out: it is the control plane provider's to report.
 pub fn replica_counters(
     cluster: &Cluster,
     deployments: &[&capi::MachineDeployment],
+    sets: &[&capi::MachineSet],
     machines: &[&capi::Machine],
 ) -> Vec<(&'static str, serde_json::Value)> {
     let is_control_plane =
@@ -182,9 +201,18 @@ pub fn replica_counters(
         Counters::add(&mut workers.available, status.and_then(|s| s.available_replicas));
         Counters::add(&mut workers.up_to_date, status.and_then(|s| s.up_to_date_replicas));
     }
-    let standalone = |m: &&&capi::Machine| {
-        !is_control_plane(m) && super::claim::controller_of(&m.metadata).is_none_or(|o| o.kind == "Cluster")
+    let alone = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        super::claim::controller_of(meta).is_none_or(|o| o.kind == "Cluster")
     };
+    for set in sets.iter().filter(|s| alone(&s.metadata)) {
+        let status = set.status.as_ref();
+        Counters::add(&mut workers.desired, set.spec.replicas);
+        Counters::add(&mut workers.replicas, status.and_then(|s| s.replicas));
+        Counters::add(&mut workers.ready, status.and_then(|s| s.ready_replicas));
+        Counters::add(&mut workers.available, status.and_then(|s| s.available_replicas));
+        Counters::add(&mut workers.up_to_date, status.and_then(|s| s.up_to_date_replicas));
+    }
+    let standalone = |m: &&&capi::Machine| !is_control_plane(m) && alone(&m.metadata);
     for m in machines.iter().filter(standalone) {
         workers.add_machine(m);
     }

@@ -34,6 +34,8 @@ pub struct ReplicaObservation<'a> {
 /// What a MachineDeployment adds: its availability bound.
 #[derive(Clone, Copy, Debug)]
 pub struct Availability {
+    /// `spec.replicas` (also while deleting: a deployment going away becomes unavailable as its Machines go).
+    pub replicas: i32,
     /// `status.availableReplicas`.
     pub available: i32,
     /// The rollout's `maxUnavailable`, resolved against `spec.replicas` (0 for other strategies).
@@ -52,13 +54,17 @@ pub fn machine_deployment_conditions(
     old: &[Condition],
 ) -> Vec<Condition> {
     let mut all = shared(obs, old);
-    let needed = obs.desired - availability.max_unavailable;
+    let needed = availability.replicas - availability.max_unavailable;
     all.push(if availability.available >= needed {
         make(old, "Available", "True", "Available", String::new(), obs.now)
     } else {
         let message = match obs.deleting {
             true => "Deletion in progress".to_string(),
-            false => format!("{} available replicas, at least {needed} required", availability.available),
+            false => format!(
+                "{} available replicas, at least {needed} required (spec.strategy.rollout.maxUnavailable is {}, \
+                 spec.replicas is {})",
+                availability.available, availability.max_unavailable, availability.replicas
+            ),
         };
         make(old, "Available", "False", "NotAvailable", message, obs.now)
     });
@@ -301,12 +307,19 @@ mod tests {
             machine("b", OLD, &[("Ready", "True"), ("UpToDate", "False")]),
         ];
         let obs = ReplicaObservation { desired: 3, current: 2, machines: &machines, deleting: false, now: now() };
+        let unavailable = "2 available replicas, at least 3 required (spec.strategy.rollout.maxUnavailable is 0, \
+                           spec.replicas is 3)";
+        // (available, maxUnavailable, deleting, expected Available)
         let cases = [
-            (2, 1, ("True", "Available", "")),
-            (2, 0, ("False", "NotAvailable", "2 available replicas, at least 3 required")),
+            (2, 1, false, ("True", "Available", "")),
+            (2, 0, false, ("False", "NotAvailable", unavailable)),
+            // Deleting: still measured against spec.replicas, as core does.
+            (2, 0, true, ("False", "NotAvailable", "Deletion in progress")),
         ];
-        for (available, max_unavailable, want) in cases {
-            let all = machine_deployment_conditions(&obs, Availability { available, max_unavailable }, &[]);
+        for (available, max_unavailable, deleting, want) in cases {
+            let obs = ReplicaObservation { deleting, desired: if deleting { 0 } else { 3 }, ..obs };
+            let availability = Availability { replicas: 3, available, max_unavailable };
+            let all = machine_deployment_conditions(&obs, availability, &[]);
             assert_eq!(find(&all, "Available"), want);
             assert_eq!(find(&all, "RollingOut"), ("True", "RollingOut", "Rolling out 1 not up-to-date replicas"));
         }

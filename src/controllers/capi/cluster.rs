@@ -38,11 +38,16 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
         let deployments = ctx.deployments.state();
         let deployments: Vec<_> =
             deployments.iter().filter(|d| of_cluster(d.namespace(), &d.spec.cluster_name)).map(|d| &**d).collect();
+        let sets = ctx.sets.state();
+        let sets: Vec<_> =
+            sets.iter().filter(|s| of_cluster(s.namespace(), &s.spec.cluster_name)).map(|s| &**s).collect();
         let machines = ctx.machines.state();
         let machines: Vec<_> =
             machines.iter().filter(|m| of_cluster(m.namespace(), &m.spec.cluster_name)).map(|m| &**m).collect();
         plan.status.extra.extend(
-            replica_counters(&c, &deployments, &machines).into_iter().map(|(key, value)| (key.to_string(), value)),
+            replica_counters(&c, &deployments, &sets, &machines)
+                .into_iter()
+                .map(|(key, value)| (key.to_string(), value)),
         );
     }
     let api: Api<Cluster> = Api::namespaced(ctx.control.clone(), &namespace);

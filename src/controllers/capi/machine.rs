@@ -45,10 +45,11 @@ fn describe(m: &Machine) -> String {
 
 /// Reconciles a CAPI Machine.
 pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
-    if super::paused(&m.metadata) {
+    ctx.ready().await;
+    let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
+    if super::hold_if_paused(&ctx, &*m, &m.spec.cluster_name, conditions).await?.is_some() {
         return Ok(Action::await_change());
     }
-    ctx.ready().await;
     if super::left_to_upstream_core(&ctx, &*m, Some(&ctx.machine_events), Some(MACHINE_FINALIZER)).await? {
         return Ok(Action::await_change());
     }

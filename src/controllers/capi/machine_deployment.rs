@@ -53,10 +53,11 @@ pub const DEPLOYMENT_NAME_LABEL: &str = crate::api::capi::DEPLOYMENT_NAME_LABEL;
 
 /// Reconciles a CAPI MachineDeployment.
 pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
-    if super::paused(&d.metadata) {
+    ctx.ready().await;
+    let conditions = d.status.as_ref().and_then(|s| s.conditions.as_ref());
+    if super::hold_if_paused(&ctx, &*d, &d.spec.cluster_name, conditions).await?.is_some() {
         return Ok(Action::await_change());
     }
-    ctx.ready().await;
     if super::left_to_upstream_core(&ctx, &*d, Some(&ctx.deployment_events), Some(FINALIZER)).await? {
         return Ok(Action::await_change());
     }
@@ -81,6 +82,8 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
     if !deleting && let Some(patch) = cluster_label_patch(&d.metadata, &d.spec.cluster_name) {
         let api: Api<MachineDeployment> = Api::namespaced(ctx.control.clone(), &d.namespace().unwrap_or_default());
         writes::merge(&api, &*d, &patch, "label").await?;
+        // The write's watch event brings the labelled object back; the guarded writes below would conflict now.
+        return Ok(Action::await_change());
     }
     let mut written = Written::default();
     let result = observe_and_act(&ctx, &d, &hub, now, &mut written).await;
@@ -382,8 +385,11 @@ async fn execute(
             deleting,
             now: Timestamp::now(),
         };
-        let availability =
-            Availability { available: new.available_replicas.unwrap_or(0), max_unavailable: max_unavailable(hub) };
+        let availability = Availability {
+            replicas: current.spec.replicas.unwrap_or(1),
+            available: new.available_replicas.unwrap_or(0),
+            max_unavailable: max_unavailable(hub),
+        };
         let core = machine_deployment_conditions(&observation, availability, old.conditions.as_deref().unwrap_or(&[]));
         let mut conditions = new.conditions.take().unwrap_or_default();
         merge_conditions(&mut conditions, core);

@@ -53,10 +53,11 @@ pub(super) fn params() -> PatchParams {
 
 /// Reconciles a CAPI MachineSet.
 pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Result<Action, Error> {
-    if super::paused(&set.metadata) {
+    ctx.ready().await;
+    let conditions = set.status.as_ref().and_then(|s| s.conditions.as_ref());
+    if super::hold_if_paused(&ctx, &*set, &set.spec.cluster_name, conditions).await?.is_some() {
         return Ok(Action::await_change());
     }
-    ctx.ready().await;
     if super::left_to_upstream_core(&ctx, &*set, Some(&ctx.set_events), Some(FINALIZER)).await? {
         return Ok(Action::await_change());
     }

@@ -42,6 +42,8 @@ use super::{ControllerOptions, refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
+use crate::lifecycle::capi_cluster::paused_message;
+use crate::lifecycle::capi_machine::{condition_with_status, merge_conditions};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
 
@@ -61,10 +63,63 @@ pub fn held_by_upstream_core(meta: &ObjectMeta) -> bool {
     meta.finalizers.iter().flatten().any(|f| UPSTREAM_CORE_FINALIZERS.contains(&f.as_str()))
 }
 
-/// Whether `meta` carries CAPI's `cluster.x-k8s.io/paused` annotation: the controllers leave it alone, as upstream
-/// core does (`capi-contract.md` §5.4; `mcm migrate rollback` relies on it).
-pub(crate) fn paused(meta: &ObjectMeta) -> bool {
-    meta.annotations.as_ref().is_some_and(|a| a.contains_key(capi::PAUSED_ANNOTATION))
+/// While an object of `kind` is paused (`lifecycle::capi_cluster::paused_message`): its `Paused` condition True with
+/// core's message, written once; the caller then leaves the object alone. `None` when it is not paused.
+async fn hold_if_paused<K>(
+    ctx: &CapiContext,
+    object: &K,
+    cluster_name: &str,
+    conditions: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+) -> Result<Option<()>, super::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = object.namespace().unwrap_or_default();
+    let cluster = ctx.clusters.get(&ObjectRef::new(cluster_name).within(&namespace));
+    let kind = K::kind(&()).to_string();
+    let Some(message) = paused_message(cluster.as_deref(), &kind, object.meta()) else {
+        return Ok(None);
+    };
+    let mut all = conditions.cloned().unwrap_or_default();
+    if all.iter().any(|c| c.type_ == "Paused" && c.status == "True" && c.message == message) {
+        return Ok(Some(()));
+    }
+    let paused = condition_with_status(&all, "Paused", "True", "Paused", &message, jiff::Timestamp::now());
+    merge_conditions(&mut all, vec![paused]);
+    let api: kube::Api<K> = kube::Api::namespaced(ctx.control.clone(), &namespace);
+    let patch = serde_json::json!({"status": {"conditions": all}});
+    api.patch_status(&object.name_any(), &machine_set::params(), &kube::api::Patch::Merge(&patch))
+        .await
+        .map_err(|e| super::Error::kube("mark paused", format!("{kind} {namespace}/{}", object.name_any()), e))?;
+    tracing::info!(kind, object = %object.name_any(), namespace, %message, "paused");
+    Ok(Some(()))
+}
+
+/// The objects of a Cluster whose `spec.paused` changed (only then: a Cluster changes with every count).
+fn by_paused_cluster<K>(
+    clusters: &mut Informer<capi::Cluster>,
+    store: Store<K>,
+    cluster_name_of: fn(&K) -> &str,
+) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let mut seen: HashMap<(String, String), bool> = HashMap::new();
+    refs(clusters.subscribe(), move |n: Notice<capi::Cluster>| {
+        let c = n.object();
+        let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());
+        let paused = c.spec.paused == Some(true);
+        let changed = seen.insert((ns.clone(), name.clone()), paused).is_some_and(|before| before != paused);
+        store
+            .state()
+            .iter()
+            .filter(|o| changed && o.namespace().as_deref() == Some(ns.as_str()) && cluster_name_of(o) == name)
+            .map(|o| ObjectRef::from_obj(&**o))
+            .collect::<Vec<_>>()
+    })
 }
 
 /// Leaves an object alone that upstream core holds (its finalizer appeared after our start-up check, e.g. core was
@@ -256,7 +311,10 @@ pub(crate) fn start(
     let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
 
-    let set_triggers = set_triggers(&mut sets, &mut machines, &ctx);
+    let set_triggers = stream::select(
+        set_triggers(&mut sets, &mut machines, &ctx),
+        by_paused_cluster(&mut clusters, ctx.sets.clone(), |s: &MachineSet| s.spec.cluster_name.as_str()),
+    );
     let set_controller = controller(
         ctx.sets.clone(),
         set_triggers,
@@ -267,7 +325,10 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
-    let deployment_triggers = deployment_triggers(&mut deployments, &mut sets, &mut machines, &ctx);
+    let deployment_triggers = stream::select(
+        deployment_triggers(&mut deployments, &mut sets, &mut machines, &ctx),
+        by_paused_cluster(&mut clusters, ctx.deployments.clone(), |d: &MachineDeployment| d.spec.cluster_name.as_str()),
+    );
     let deployment_controller = controller(
         ctx.deployments.clone(),
         deployment_triggers,
@@ -278,7 +339,10 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
-    let machine_triggers = machine_triggers(&mut machines, &mut infra, &mut deployments, node_notices, &ctx);
+    let machine_triggers = stream::select(
+        machine_triggers(&mut machines, &mut infra, &mut deployments, node_notices, &ctx),
+        by_paused_cluster(&mut clusters, ctx.machines.clone(), |m: &Machine| m.spec.cluster_name.as_str()),
+    );
     let machine_controller = controller(
         ctx.machines.clone(),
         machine_triggers,
@@ -290,7 +354,7 @@ pub(crate) fn start(
     );
 
     let cluster_triggers =
-        cluster_triggers(&mut clusters, &mut infra_clusters, (&mut deployments, &mut machines), &ctx);
+        cluster_triggers(&mut clusters, &mut infra_clusters, (&mut deployments, &mut sets, &mut machines), &ctx);
     let cluster_controller = controller(
         ctx.clusters.clone(),
         cluster_triggers,
@@ -413,13 +477,21 @@ fn deployment_triggers(
 fn cluster_triggers(
     clusters: &mut Informer<capi::Cluster>,
     infra_clusters: &mut Informer<MCMCluster>,
-    (deployments, machines): (&mut Informer<MachineDeployment>, &mut Informer<Machine>),
+    (deployments, sets, machines): (
+        &mut Informer<MachineDeployment>,
+        &mut Informer<MachineSet>,
+        &mut Informer<Machine>,
+    ),
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<capi::Cluster>> + Send + 'static {
     let of_cluster = |ns: Option<String>, cluster: &str| ObjectRef::new(cluster).within(&ns.unwrap_or_default());
     let by_deployment = refs(deployments.subscribe(), move |n: Notice<MachineDeployment>| {
         let d = n.object();
         (!d.spec.cluster_name.is_empty()).then(|| of_cluster(d.namespace(), &d.spec.cluster_name))
+    });
+    let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| {
+        let s = n.object();
+        (!s.spec.cluster_name.is_empty()).then(|| of_cluster(s.namespace(), &s.spec.cluster_name))
     });
     let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
         let m = n.object();
@@ -444,7 +516,7 @@ fn cluster_triggers(
             .map(|c| ObjectRef::from_obj(&**c))
             .collect::<Vec<_>>()
     });
-    stream::select_all(vec![own.boxed(), by_infra.boxed(), by_deployment.boxed(), by_machine.boxed()])
+    stream::select_all(vec![own.boxed(), by_infra.boxed(), by_deployment.boxed(), by_set.boxed(), by_machine.boxed()])
 }
 
 fn machine_triggers(

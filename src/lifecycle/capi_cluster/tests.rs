@@ -217,20 +217,62 @@ fn replica_counters_sum_deployments_standalone_workers_and_control_plane_machine
         machine("owned-by-cluster", json!({}), Some("Cluster"), false),
         machine("in-a-set", json!({}), Some("MachineSet"), true),
     ];
+    let set = |owner: Option<&str>| -> capi::MachineSet {
+        let owners: Vec<_> = owner
+            .map(|kind| json!({"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": "o", "uid": "u", "controller": true}))
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": "ms", "namespace": "ns", "ownerReferences": owners},
+            "spec": {"clusterName": "dev", "replicas": 2, "selector": {}, "template": {"spec": {
+                "clusterName": "dev", "bootstrap": {}, "infrastructureRef": {"apiGroup": "g", "kind": "K", "name": "t"}}}},
+            "status": {"replicas": 2, "readyReplicas": 1, "availableReplicas": 1, "upToDateReplicas": 2},
+        }))
+        .unwrap()
+    };
+    // A stand-alone MachineSet counts; one of a MachineDeployment is already in the deployment's counters.
+    let (alone, of_deployment) = (set(None), set(Some("MachineDeployment")));
     let counters: BTreeMap<_, _> =
-        replica_counters(&c, &[&d1, &d2], &machines.iter().collect::<Vec<_>>()).into_iter().collect();
+        replica_counters(&c, &[&d1, &d2], &[&alone, &of_deployment], &machines.iter().collect::<Vec<_>>())
+            .into_iter()
+            .collect();
     assert_eq!(
         counters["workers"],
-        json!({"desiredReplicas": 6, "replicas": 6, "readyReplicas": 4, "availableReplicas": 4, "upToDateReplicas": 5})
+        json!({"desiredReplicas": 8, "replicas": 8, "readyReplicas": 5, "availableReplicas": 5, "upToDateReplicas": 7})
     );
     assert_eq!(
         counters["controlPlane"],
         json!({"desiredReplicas": 2, "replicas": 2, "readyReplicas": 1, "availableReplicas": 1, "upToDateReplicas": 1})
     );
     // Nothing counted: no counters at all (describe shows empty columns, as for core).
-    let empty: BTreeMap<_, _> = replica_counters(&c, &[], &[]).into_iter().collect();
+    let empty: BTreeMap<_, _> = replica_counters(&c, &[], &[], &[]).into_iter().collect();
     assert_eq!((empty["workers"].clone(), empty["controlPlane"].clone()), (json!({}), json!({})));
     // A control plane provider reports its own counters.
     let provided = cluster(json!({"spec": {"controlPlaneRef": {"apiGroup": "g", "kind": "KCP", "name": "cp"}}}));
-    assert!(replica_counters(&provided, &[], &[]).iter().all(|(key, _)| *key != "controlPlane"));
+    assert!(replica_counters(&provided, &[], &[], &[]).iter().all(|(key, _)| *key != "controlPlane"));
+}
+
+#[test]
+fn objects_are_paused_by_their_cluster_or_their_own_annotation() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let annotated = ObjectMeta {
+        annotations: Some([(capi::PAUSED_ANNOTATION.to_string(), String::new())].into()),
+        ..Default::default()
+    };
+    let plain = ObjectMeta::default();
+    let (running, paused) = (cluster(json!({})), cluster(json!({"spec": {"paused": true}})));
+    assert_eq!(paused_message(Some(&running), "Machine", &plain), None);
+    assert_eq!(paused_message(None, "Machine", &plain), None);
+    assert_eq!(paused_message(Some(&paused), "Machine", &plain).as_deref(), Some("Cluster spec.paused is set to true"));
+    assert_eq!(
+        paused_message(Some(&running), "MachineSet", &annotated).as_deref(),
+        Some("MachineSet has the cluster.x-k8s.io/paused annotation")
+    );
+    assert_eq!(
+        paused_message(Some(&paused), "Machine", &annotated).as_deref(),
+        Some("Cluster spec.paused is set to true, Machine has the cluster.x-k8s.io/paused annotation")
+    );
+    // The Cluster's own annotation pauses the Cluster, not its objects (as core).
+    let annotated_cluster = cluster(json!({"metadata": {"annotations": {capi::PAUSED_ANNOTATION: ""}}}));
+    assert_eq!(paused_message(Some(&annotated_cluster), "Machine", &plain), None);
 }
