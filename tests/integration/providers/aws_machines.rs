@@ -140,27 +140,25 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
     }
 
     // A machine MCM's AWS provider made: its providerID has the region form, the driver lists the zone form. It
-    // is the same instance, which the machine keeps (and the orphan collection below must not take).
-    let legacy = world
-        .launch(&[
-            (&format!("kubernetes.io/cluster/{CLUSTER}"), "1"),
-            ("kubernetes.io/role/node", "1"),
-            ("Name", "legacy"),
-        ])
-        .await;
-    let region_form = format!("aws:///{REGION}/{legacy}");
+    // is the same instance, which the machine keeps (and the orphan collection below must not take). The machine
+    // is made here by the driver and then given the region form MCM would have written: an instance launched
+    // beside it would be an orphan (and collected) until its Machine is seen.
     let machine = json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
         "metadata": {"name": "legacy", "namespace": NS},
-        "spec": {"class": {"kind": "MachineClass", "name": "aws"}, "providerID": region_form},
+        "spec": {"class": {"kind": "MachineClass", "name": "aws"}},
     });
     env.create("legacy.json", &machine.to_string()).await;
     let machines: Api<Machine> = Api::namespaced(env.client(), NS);
-    wait_until("machine legacy to get a phase", WAIT, || async {
+    let legacy = wait_until("machine legacy to get its instance and a phase", WAIT, || async {
         let m = machines.get_opt("legacy").await.ok().flatten()?;
-        m.status?.current_status?.phase.map(|_| ())
+        let id = m.spec.provider_id.as_deref()?.rsplit('/').next()?.to_string();
+        m.status?.current_status?.phase.map(|_| id)
     })
     .await;
+    let region_form = format!("aws:///{REGION}/{legacy}");
+    let patch = json!({"spec": {"providerID": region_form}});
+    machines.patch("legacy", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch)).await.unwrap();
 
     // An instance tagged for this cluster and role that no Machine claims is an orphan: the safety controller
     // deletes it.
