@@ -257,9 +257,14 @@ pub fn plan_cluster(obs: &ClusterObservation<'_>) -> ClusterPlan {
     // Once provisioned, always provisioned (as in upstream core: the flag records initialization).
     let was_provisioned = old.initialization.as_ref().and_then(|i| i.infrastructure_provisioned).unwrap_or(false);
     let infrastructure_provisioned = provisioned || was_provisioned;
-    let init = status.initialization.get_or_insert_with(ClusterInitializationStatus::default);
     if infrastructure_provisioned {
-        init.infrastructure_provisioned = Some(true);
+        status.initialization.get_or_insert_with(ClusterInitializationStatus::default).infrastructure_provisioned =
+            Some(true);
+    }
+    // The schema refuses an empty `initialization` (at least one property): leave it out until there is one, as
+    // core does.
+    if status.initialization.as_ref().is_some_and(|i| *i == ClusterInitializationStatus::default()) {
+        status.initialization = None;
     }
     if let Some(fds) = infra_status.and_then(|s| s.failure_domains.clone()) {
         status.failure_domains = Some(fds);

@@ -276,3 +276,15 @@ fn objects_are_paused_by_their_cluster_or_their_own_annotation() {
     let annotated_cluster = cluster(json!({"metadata": {"annotations": {capi::PAUSED_ANNOTATION: ""}}}));
     assert_eq!(paused_message(Some(&annotated_cluster), "Machine", &plain), None);
 }
+
+#[test]
+fn no_empty_initialization_is_written_before_the_infrastructure_is_provisioned() {
+    // The CRD wants at least one property in status.initialization; kube-apiserver and ours refuse `{}` with 422.
+    for old in [json!({}), json!({"status": {"initialization": {}}})] {
+        let c = cluster(old);
+        let plan = plan_cluster(&ClusterObservation { cluster: &c, infra: None, now: now() });
+        assert_eq!(plan.status.initialization, None);
+        let written = serde_json::to_value(&plan.status).unwrap();
+        assert!(written.get("initialization").is_none(), "{written}");
+    }
+}
