@@ -1,6 +1,6 @@
 //! cluster-api-provider-mcm: Gardener's Machine Controller Manager as a Cluster API infrastructure provider.
 //!
-//! Layers (see `ARCHITECTURE.md`): [`cli`] parses the command line; [`api`] holds the types of every API
+//! Layers (see `docs/architecture.md`): [`cli`] parses the command line; [`api`] holds the types of every API
 //! group we touch and the CRDs generated from them; [`apiserver`] is the embedded Kubernetes-compatible API server.
 
 pub mod api;

@@ -1,5 +1,5 @@
 //! Conversion between the hub (MCM's `machine.sapcloud.io/v1alpha1` types) and Cluster API's
-//! `cluster.x-k8s.io/v1beta2` types (`ARCHITECTURE.md` §3, `capi-contract.md` §11, `docs/conversion.md`).
+//! `cluster.x-k8s.io/v1beta2` types (`docs/conversion.md`, `docs/architecture.md`).
 //!
 //! Every function here is pure and total: it never fails and never reads a clock. What one side cannot express is
 //! carried in one annotation of the other side, as CAPI's own conversions do:
