@@ -85,6 +85,43 @@ pub fn cluster_label_patch(
         .then(|| serde_json::json!({"metadata": {"labels": {capi::CLUSTER_NAME_LABEL: cluster_name}}}))
 }
 
+/// The merge patch making a MachineDeployment belong to its Cluster as core's MachineDeployment controller does: the
+/// `cluster.x-k8s.io/cluster-name` label ([`cluster_label_patch`]) and an owner reference to the Cluster (not as
+/// controller; one to an older Cluster of the same name is replaced), so that `clusterctl move` takes the
+/// deployment along and deleting the Cluster deletes its workers. `None` when nothing is missing. Guarded by the
+/// resourceVersion when the owner references change.
+pub fn deployment_membership_patch(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    cluster_name: &str,
+    cluster: Option<&Cluster>,
+) -> Option<serde_json::Value> {
+    let mut patch = cluster_label_patch(meta, cluster_name).unwrap_or_else(|| serde_json::json!({"metadata": {}}));
+    if let Some(cluster) = cluster.filter(|c| c.metadata.name.as_deref() == Some(cluster_name)) {
+        let uid = cluster.metadata.uid.clone().unwrap_or_default();
+        let owners = meta.owner_references.clone().unwrap_or_default();
+        let owned = owners.iter().any(|o| o.kind == "Cluster" && o.uid == uid);
+        if !owned && !uid.is_empty() {
+            let mut owners: Vec<OwnerReference> = owners
+                .into_iter()
+                .filter(|o| {
+                    !(o.kind == "Cluster" && o.api_version.starts_with("cluster.x-k8s.io/") && o.name == cluster_name)
+                })
+                .collect();
+            owners.push(OwnerReference {
+                api_version: format!("{}/{}", capi::GROUP, capi::VERSION),
+                kind: "Cluster".into(),
+                name: cluster_name.to_string(),
+                uid,
+                controller: None,
+                block_owner_deletion: None,
+            });
+            patch["metadata"]["ownerReferences"] = serde_json::json!(owners);
+            patch["metadata"]["resourceVersion"] = serde_json::json!(meta.resource_version);
+        }
+    }
+    (patch["metadata"].as_object().is_some_and(|m| !m.is_empty())).then_some(patch)
+}
+
 /// Whether the Cluster names an MCMCluster (`spec.infrastructureRef`), and which.
 pub fn infra_name(cluster: &Cluster) -> Option<&str> {
     cluster

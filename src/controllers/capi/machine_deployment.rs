@@ -29,7 +29,7 @@ use crate::convert::{
     apply_capi_deployment_defaults, deployment_from_capi, deployment_status_to_capi, deployment_to_capi,
     machine_set_from_capi, machine_set_to_capi,
 };
-use crate::lifecycle::capi_cluster::cluster_label_patch;
+use crate::lifecycle::capi_cluster::deployment_membership_patch;
 use crate::lifecycle::capi_machine::merge_conditions;
 use crate::lifecycle::capi_replicas::{Availability, ReplicaObservation, machine_deployment_conditions};
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, controller_of, release_patch};
@@ -79,9 +79,13 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
         }
         return Ok(Action::requeue(resync));
     }
-    if !deleting && let Some(patch) = cluster_label_patch(&d.metadata, &d.spec.cluster_name) {
+    let cluster = ctx.clusters.get(
+        &kube::runtime::reflector::ObjectRef::new(&d.spec.cluster_name).within(&d.namespace().unwrap_or_default()),
+    );
+    if !deleting && let Some(patch) = deployment_membership_patch(&d.metadata, &d.spec.cluster_name, cluster.as_deref())
+    {
         let api: Api<MachineDeployment> = Api::namespaced(ctx.control.clone(), &d.namespace().unwrap_or_default());
-        writes::merge(&api, &*d, &patch, "label").await?;
+        writes::merge(&api, &*d, &patch, "label and own").await?;
         // The write's watch event brings the labelled object back; the guarded writes below would conflict now.
         return Ok(Action::await_change());
     }

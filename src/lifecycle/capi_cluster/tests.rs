@@ -288,3 +288,41 @@ fn no_empty_initialization_is_written_before_the_infrastructure_is_provisioned()
         assert!(written.get("initialization").is_none(), "{written}");
     }
 }
+
+#[test]
+fn a_deployment_belongs_to_its_cluster_by_label_and_owner_reference() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    let dev = cluster(json!({}));
+    let owner = |uid: &str| OwnerReference {
+        api_version: "cluster.x-k8s.io/v1beta2".into(),
+        kind: "Cluster".into(),
+        name: "dev".into(),
+        uid: uid.into(),
+        controller: None,
+        block_owner_deletion: None,
+    };
+    let meta = |labelled: bool, owners: Vec<OwnerReference>| ObjectMeta {
+        labels: labelled.then(|| [(capi::CLUSTER_NAME_LABEL.to_string(), "dev".to_string())].into()),
+        owner_references: Some(owners),
+        resource_version: Some("5".into()),
+        ..Default::default()
+    };
+    let owners_of = |p: &serde_json::Value| -> Option<Vec<String>> {
+        let refs: Vec<OwnerReference> = serde_json::from_value(p["metadata"].get("ownerReferences")?.clone()).ok()?;
+        Some(refs.into_iter().map(|r| r.uid).collect())
+    };
+    // Neither label nor owner: both, guarded.
+    let p = deployment_membership_patch(&meta(false, vec![]), "dev", Some(&dev)).unwrap();
+    assert_eq!(owners_of(&p), Some(vec!["cluster-uid".to_string()]));
+    assert_eq!(p["metadata"]["labels"][capi::CLUSTER_NAME_LABEL], "dev");
+    assert_eq!(p["metadata"]["resourceVersion"], "5");
+    // An owner reference to an older Cluster of that name is replaced.
+    let p = deployment_membership_patch(&meta(true, vec![owner("old")]), "dev", Some(&dev)).unwrap();
+    assert_eq!(owners_of(&p), Some(vec!["cluster-uid".to_string()]));
+    // Everything there: nothing to write.
+    assert_eq!(deployment_membership_patch(&meta(true, vec![owner("cluster-uid")]), "dev", Some(&dev)), None);
+    // No Cluster (yet): the label only.
+    let p = deployment_membership_patch(&meta(false, vec![]), "dev", None).unwrap();
+    assert_eq!(owners_of(&p), None);
+    assert_eq!(deployment_membership_patch(&meta(true, vec![]), "dev", None), None);
+}

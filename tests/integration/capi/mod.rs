@@ -5,6 +5,7 @@
 //! Ready Node carrying the providerID, as a kubelet would.
 
 mod deletion;
+mod membership;
 mod pause;
 mod rollout;
 mod sample;
