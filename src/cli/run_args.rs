@@ -1,4 +1,4 @@
-//! The flags of `mcm run` (ARCHITECTURE.md §9; MCM's names where MCM has them, mcm-behaviour.md §4). The
+//! The flags of `mcm run` (docs/architecture.md; MCM's names where MCM has them, `docs/machine-lifecycle.md`). The
 //! controller flags are the ones `mcm dev` shares ([`MachineControllerFlags`], [`MachineControllerManagerFlags`]).
 
 use std::net::SocketAddr;

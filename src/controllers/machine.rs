@@ -1,5 +1,5 @@
 //! The machine controller for machines that are not being deleted: class check, finalizer, health and node sync,
-//! the create flow (`mcm-behaviour.md` §2.3 `reconcileClusterMachine`). Deleting machines are the termination
+//! the create flow (`docs/machine-lifecycle.md` `reconcileClusterMachine`). Deleting machines are the termination
 //! controller's ([`super::termination`]), on their own queue.
 //!
 //! Observe (the Machine from the store, its class, secrets and Node from stores), decide (`lifecycle`), act (driver

@@ -1,4 +1,4 @@
-//! The safety controller (MCM's `machine_safety.go`, `mcm-behaviour.md` §2.6 (a), (b)): two tasks next to the
+//! The safety controller (MCM's `machine_safety.go`, `docs/machine-lifecycle.md` (a), (b)): two tasks next to the
 //! machine controllers, over the same stores.
 //!
 //! - **Orphan VMs**: at start, every `--machine-safety-orphan-vms-period`, and (after a short cooldown) when a

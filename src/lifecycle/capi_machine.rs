@@ -2,7 +2,7 @@
 //! from the infrastructure machine, the Node link by exact providerID, MCM's creation and health timeouts, and the
 //! order of the deletion steps (pre-drain hooks, drain, pre-terminate hooks, the MCMMachine, the finalizer).
 //!
-//! Phases (`capi-contract.md` §11): Pending (no bootstrap data yet), Provisioning (waiting for the MCMMachine's
+//! Phases (`docs/infrastructure-provider.md`): Pending (no bootstrap data yet), Provisioning (waiting for the MCMMachine's
 //! `status.initialization.provisioned`), Provisioned (providerID known, no Node), Running (Node linked), Deleting,
 //! and Failed for MCM's timeouts (a machine without a Ready Node after `creationTimeout`, or whose Node stays not
 //! Ready for `healthTimeout`); the MachineSet replaces a Failed machine as MCM does.

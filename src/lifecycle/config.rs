@@ -1,4 +1,4 @@
-//! The machine controller's settings (MCM's flags and defaults, `mcm-behaviour.md` §4.2) and their per-machine
+//! The machine controller's settings (MCM's flags and defaults, `docs/machine-lifecycle.md`) and their per-machine
 //! overrides (`MachineConfiguration` in the Machine spec, the effective-creation-timeout annotation).
 
 use std::time::Duration;

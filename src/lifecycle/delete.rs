@@ -1,4 +1,4 @@
-//! The deletion flow (`mcm-behaviour.md` §2.3 "Deletion flow"): Terminating -> find the VM -> drain -> (forced:
+//! The deletion flow (`docs/machine-lifecycle.md` "Deletion flow"): Terminating -> find the VM -> drain -> (forced:
 //! delete VolumeAttachments) -> delete the VM -> delete the Node -> remove the finalizer.
 //!
 //! The step is read from `lastOperation.description` by substring, in MCM's order and with MCM's texts, so a

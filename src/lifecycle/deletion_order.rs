@@ -1,4 +1,4 @@
-//! Which machine a MachineSet deletes first: MCM's `ActiveMachines` order (mcm-behaviour.md §2.2 "Deletion
+//! Which machine a MachineSet deletes first: MCM's `ActiveMachines` order (`docs/machine-lifecycle.md` "Deletion
 //! order", §2.5).
 //!
 //! Earlier in the order means deleted sooner:

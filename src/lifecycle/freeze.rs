@@ -1,4 +1,4 @@
-//! The overshoot freeze (mcm-behaviour.md §2.6 (c)): when a MachineSet owns far more machines than it should,
+//! The overshoot freeze (`docs/machine-lifecycle.md` (c)): when a MachineSet owns far more machines than it should,
 //! stop it from creating more until the count falls back.
 //!
 //! - The count: machines whose labels include the set's template labels and that have an owner reference named

@@ -1,4 +1,4 @@
-//! The CAPI infrastructure provider's decisions (`capi-contract.md` §2–5): when an MCMMachine may go ahead, what
+//! The CAPI infrastructure provider's decisions (`docs/infrastructure-provider.md`–5): when an MCMMachine may go ahead, what
 //! its `Ready` and `Paused` conditions say, where the VM goes, what an MCMCluster and an MCMMachineTemplate
 //! publish.
 //!
@@ -157,7 +157,7 @@ pub struct Gate<'a> {
     pub has_vm: bool,
 }
 
-/// Whether a live MCMMachine may create its VM (`capi-contract.md` §2.3 steps 1–4, then the class).
+/// Whether a live MCMMachine may create its VM (`docs/infrastructure-provider.md` steps 1–4, then the class).
 pub fn gate(g: &Gate<'_>) -> Result<(), Wait> {
     let Some(owner) = g.owner_name else {
         return Err(Wait::new(

@@ -1,4 +1,4 @@
-//! MachineSet decisions (mcm-behaviour.md §2.2, §2.5): how many machines to create, which to delete, which
+//! MachineSet decisions (`docs/machine-lifecycle.md`, §2.5): how many machines to create, which to delete, which
 //! failed machines to auto-preserve; the status ([`status`]) and the in-place propagation of the template's
 //! node template, configuration and class kind into the machines ([`propagation`]); the machines it creates and
 //! the status of those it deletes ([`machines`]).

@@ -1,6 +1,6 @@
 //! The names MCM writes and reads: finalizers, labels, annotations, taints and the `lastOperation.description`
 //! texts the deletion flow is keyed on. They are part of the contract with existing MCM objects, so they are
-//! spelled exactly as MCM spells them (`shared/reference/mcm-behaviour.md` §5.3, `machineutils/utils.go`).
+//! spelled exactly as MCM spells them (`docs/machine-lifecycle.md`, `machineutils/utils.go`).
 
 /// Finalizer on Machines and MachineClasses.
 pub const MACHINE_FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";

@@ -1,4 +1,4 @@
-//! The Machine's node template on its Node, as MCM's three-way merge (`mcm-behaviour.md` §2.3 "Node template
+//! The Machine's node template on its Node, as MCM's three-way merge (`docs/machine-lifecycle.md` "Node template
 //! sync"): labels, annotations and taints the template lists are set; those applied before (recorded in the
 //! `last-applied-anno-labels-taints` annotation) and no longer listed are removed; everything else on the Node is
 //! left alone. Taints are keyed by key and effect. The Node also gets the machine-name label.

@@ -1,4 +1,4 @@
-//! Meltdown protection (`mcm-behaviour.md` §2.3 `canMarkMachineFailed`): an Unknown machine is marked Failed (and
+//! Meltdown protection (`docs/machine-lifecycle.md` `canMarkMachineFailed`): an Unknown machine is marked Failed (and
 //! so replaced by its MachineSet) only while fewer than `--max-replacements` machines of its MachineDeployment
 //! (label `name`) are being replaced. "Being replaced" means any phase but Running and Unknown; Terminating
 //! machines count twice (the MachineSet may not have created their replacement yet); preserved machines do not

@@ -1,4 +1,4 @@
-//! How long to wait before trying again: MCM's per-code reactions (`mcm-behaviour.md` §3), with capped exponential
+//! How long to wait before trying again: MCM's per-code reactions (`docs/machine-lifecycle.md`), with capped exponential
 //! back-off per machine instead of MCM's fixed 5 s / 3 m / 10 m periods.
 //!
 //! MCM retries a cloud that answers `Unavailable` every 5 s for as long as the outage lasts, and a quota error every

@@ -1,4 +1,4 @@
-//! The safety controller's decisions (`mcm-behaviour.md` §2.6 (a) and (b)): which cloud VMs are orphans, which
+//! The safety controller's decisions (`docs/machine-lifecycle.md` (a) and (b)): which cloud VMs are orphans, which
 //! Nodes no Machine manages, and when the API-server freeze begins and ends.
 //!
 //! **Orphan VMs.** A VM the driver lists (`providerID -> machine name`) is claimed by a Machine of that name with

@@ -10,7 +10,7 @@ use crate::api::capi;
 use crate::lifecycle::names::PAUSED_ANNOTATION;
 
 /// MCM's per-node-group autoscaler options (on a MachineDeployment) and the CAPI `clusterapi` provider's
-/// equivalents (`mcm-behaviour.md` §6.1, `capi-contract.md` §7.8). Values keep their format (numbers, durations).
+/// equivalents (`docs/machine-lifecycle.md`, `docs/infrastructure-provider.md`). Values keep their format (numbers, durations).
 pub const AUTOSCALER_OPTIONS: [(&str, &str); 5] = [
     (
         "autoscaler.gardener.cloud/scale-down-utilization-threshold",

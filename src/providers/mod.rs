@@ -1,5 +1,5 @@
 //! Cloud drivers behind one [`Driver`] trait, mirroring MCM's provider contract
-//! (`shared/reference/mcm-behaviour.md` §3): create, initialize, delete, status, list, volume IDs.
+//! (`docs/machine-lifecycle.md`): create, initialize, delete, status, list, volume IDs.
 //!
 //! Drivers know nothing of Kubernetes controllers: they get the machine, its class and the merged secret data,
 //! and answer with results or an [`DriverError`] carrying one of MCM's [`Code`]s, whose message is safe to show

@@ -1,7 +1,7 @@
 //! `machine.sapcloud.io/v1alpha1`: Gardener MCM's API, shaped exactly as MCM's CRDs
 //! (`third_party/machine-controller-manager/crds/`), so existing MCM objects load unchanged.
 //!
-//! Field-by-field semantics: `shared/reference/mcm-behaviour.md` §1.
+//! Field-by-field semantics: `docs/machine-lifecycle.md`.
 
 mod machine;
 mod machine_class;

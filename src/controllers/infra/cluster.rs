@@ -1,4 +1,4 @@
-//! The MCMCluster controller (`capi-contract.md` §4): MCM builds no networks or load balancers, so an MCMCluster
+//! The MCMCluster controller (`docs/infrastructure-provider.md`): MCM builds no networks or load balancers, so an MCMCluster
 //! is provisioned as soon as it belongs to a Cluster; it publishes its spec's failure domains (list form) and
 //! leaves `spec.controlPlaneEndpoint` as the user wrote it. Objects carrying `cluster.x-k8s.io/managed-by` are
 //! someone else's and are never written.

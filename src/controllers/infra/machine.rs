@@ -1,4 +1,4 @@
-//! The MCMMachine controller: one VM per MCMMachine (`capi-contract.md` §2.3).
+//! The MCMMachine controller: one VM per MCMMachine (`docs/infrastructure-provider.md`).
 //!
 //! Observe (the MCMMachine, its owning Machine and Cluster, the bootstrap Secret, the class, from stores), decide
 //! (CAPI's gates in [`crate::lifecycle::infra`]; the VM's create and delete flow in [`crate::lifecycle::create`]

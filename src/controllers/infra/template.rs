@@ -1,4 +1,4 @@
-//! The MCMMachineTemplate controller (`capi-contract.md` §3): `status.capacity` and `status.nodeInfo` from the
+//! The MCMMachineTemplate controller (`docs/infrastructure-provider.md`): `status.capacity` and `status.nodeInfo` from the
 //! class's `nodeTemplate`, so cluster-autoscaler can scale a MachineDeployment from zero.
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The MachineSet controller (`mcm-behaviour.md` §2.2 `reconcileClusterMachineSet`): the finalizer, claiming
+//! The MachineSet controller (`docs/machine-lifecycle.md` `reconcileClusterMachineSet`): the finalizer, claiming
 //! machines, auto-preservation, the in-place propagation of the template, creating and deleting machines as
 //! `lifecycle::machine_set::plan_replicas` decides, and the status.
 //!

@@ -1,4 +1,4 @@
-//! What a rollout does to Nodes (mcm-behaviour.md §2.1 "Side effects during a rollout"):
+//! What a rollout does to Nodes (`docs/machine-lifecycle.md` "Side effects during a rollout"):
 //! - nodes of old sets get the taint `deployment.machine.sapcloud.io/prefer-no-schedule=True:PreferNoSchedule`,
 //!   so pods drift to new nodes; the old set is annotated with the same key once that is decided;
 //! - while old sets still have machines, every node of the deployment gets

@@ -1,4 +1,4 @@
-//! One reconcile of a MachineDeployment, in MCM's order (mcm-behaviour.md §2.1), as a plan of writes.
+//! One reconcile of a MachineDeployment, in MCM's order (`docs/machine-lifecycle.md`), as a plan of writes.
 //!
 //! 1. Being deleted: delete every MachineSet, then drop the finalizer once none is left (valid spec or not).
 //! 2. Validate (an invalid deployment is not touched; the reasons are returned).

@@ -1,4 +1,4 @@
-//! Revisions, annotation copying, rollback and history cleanup (mcm-behaviour.md §2.1 "Annotations written by
+//! Revisions, annotation copying, rollback and history cleanup (`docs/machine-lifecycle.md` "Annotations written by
 //! this controller", "Rollback", `cleanupMachineDeployment`).
 //!
 //! - The new set's revision is one more than the highest revision among the old sets; it only ever goes up, and

@@ -1,4 +1,4 @@
-//! Rolling-update and recreate arithmetic (mcm-behaviour.md §2.1 "Rolling update math", "Recreate").
+//! Rolling-update and recreate arithmetic (`docs/machine-lifecycle.md` "Rolling update math", "Recreate").
 //!
 //! Worked example: 10 replicas, `maxSurge: 25%`, `maxUnavailable: 25%`. Surge rounds up (2.5 -> 3), unavailable
 //! rounds down (2.5 -> 2): at most 13 machines exist and at least 8 are available. A new template creates the

@@ -1,4 +1,4 @@
-//! Scaling a MachineDeployment whose sets already exist (mcm-behaviour.md §2.1 "Scaling, including proportional
+//! Scaling a MachineDeployment whose sets already exist (`docs/machine-lifecycle.md` "Scaling, including proportional
 //! scaling"; §8 item 6, MCM #754).
 //!
 //! - One active set (or none): it takes all replicas.

@@ -1,4 +1,4 @@
-//! MachineDeployment status, conditions and progress (mcm-behaviour.md §2.1 "Progress and status", "Pause").
+//! MachineDeployment status, conditions and progress (`docs/machine-lifecycle.md` "Progress and status", "Pause").
 //!
 //! - Counts sum the sets: `replicas` (existing machines), `updatedReplicas` (the new set's), `readyReplicas`,
 //!   `availableReplicas`, `preservedFailedReplicas`; `unavailableReplicas = max(Σspec − Σavailable, 0)`;

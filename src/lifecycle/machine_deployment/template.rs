@@ -1,4 +1,4 @@
-//! New-MachineSet identity (mcm-behaviour.md §2.1 "New-MachineSet identity", "In-place propagation").
+//! New-MachineSet identity (`docs/machine-lifecycle.md` "New-MachineSet identity", "In-place propagation").
 //!
 //! What rolls: template labels (except `machine-template-hash`), template annotations, `class.name` and the rest
 //! of the machine spec. What does not: `nodeTemplate`, the machine configuration (timeouts, health settings) and

@@ -1,4 +1,4 @@
-//! What a MachineSet writes on its machines (mcm-behaviour.md §2.2 `manageReplicas`, `GetMachineFromTemplate`):
+//! What a MachineSet writes on its machines (`docs/machine-lifecycle.md` `manageReplicas`, `GetMachineFromTemplate`):
 //! the Machine it creates from its template, and the status of a machine it deletes.
 //!
 //! A created Machine has `generateName: <set>-`, the template's labels, annotations and finalizers, the
