@@ -1,5 +1,5 @@
 //! The controllers' flags, with MCM's names and defaults, shared by `mcm dev` and (later) `mcm run`: the machine
-//! controller's (`docs/machine-lifecycle.md`) and the machine-controller-manager's (§4.1: the MachineSet and
+//! controller's (`docs/machine-lifecycle.md`) and the machine-controller-manager's: the MachineSet and
 //! MachineDeployment controllers and the overshoot freeze).
 
 use crate::api::Duration;

@@ -1,5 +1,5 @@
 //! The Cluster decisions of mode "CAPI with MCM core" (what upstream core's Cluster controller does for workers,
-//! `docs/infrastructure-provider.md` and §5.3): own the infrastructure cluster, mirror its `provisioned`, failure domains and
+//! `docs/infrastructure-provider.md`: own the infrastructure cluster, mirror its `provisioned`, failure domains and
 //! `Ready` condition onto the Cluster, copy the control plane endpoint, and keep the phase. No control plane is
 //! managed: worker machines only need `Cluster.status.initialization.infrastructureProvisioned`.
 //!

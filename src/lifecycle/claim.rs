@@ -1,4 +1,4 @@
-//! Controller references (`docs/machine-lifecycle.md` step 5, §2.2 step 3): which objects a MachineSet or a
+//! Controller references (`docs/machine-lifecycle.md` step 5 step 3): which objects a MachineSet or a
 //! MachineDeployment controls, which orphans it adopts and which objects it lets go, as Kubernetes'
 //! `ControllerRefManager` decides:
 //! - an object whose controller reference is the owner's: kept while the owner's selector matches its labels;

@@ -1,4 +1,4 @@
-//! MachineClass decisions (`docs/machine-lifecycle.md`, §2.3 "Other MC duties"): when a class and the Secrets it
+//! MachineClass decisions (`docs/machine-lifecycle.md` "Other MC duties"): when a class and the Secrets it
 //! references carry their finalizers, whether a class's `nodeTemplate` is valid, and whether a class is ready for
 //! machines.
 

@@ -1,4 +1,4 @@
-//! The create flow's decisions (`docs/machine-lifecycle.md` `triggerCreationFlow`, §3): whether a machine needs the
+//! The create flow's decisions (`docs/machine-lifecycle.md` `triggerCreationFlow`: whether a machine needs the
 //! flow, what `get_machine_status` and `create_machine` answers lead to, the status of a failed attempt, and what
 //! a created VM writes onto the Machine.
 //!

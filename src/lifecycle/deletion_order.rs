@@ -1,5 +1,5 @@
 //! Which machine a MachineSet deletes first: MCM's `ActiveMachines` order (`docs/machine-lifecycle.md` "Deletion
-//! order", §2.5).
+//! order".
 //!
 //! Earlier in the order means deleted sooner:
 //! 1. machines that are not preserved before preserved ones; among preserved ones, auto-preserved before

@@ -1,6 +1,6 @@
 //! Health of machines whose Node exists (or existed): conditions copied from the Node, Pending -> Running on
 //! join, Running -> Unknown when unhealthy, Pending -> Failed at the creation timeout, Unknown -> Failed at the
-//! health timeout (`docs/machine-lifecycle.md` "Health", §2.4).
+//! health timeout (`docs/machine-lifecycle.md` "Health".
 
 use std::time::Duration;
 

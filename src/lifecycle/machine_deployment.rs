@@ -1,4 +1,4 @@
-//! MachineDeployment decisions (`docs/machine-lifecycle.md`, §6.1): which MachineSet is new, how far to scale each set
+//! MachineDeployment decisions (`docs/machine-lifecycle.md`: which MachineSet is new, how far to scale each set
 //! during a rolling update or a recreate, proportional scaling, revisions and rollback, history cleanup,
 //! progress and status, the rollout's side effects on nodes, and the cluster-autoscaler contract.
 //!

@@ -1,4 +1,4 @@
-//! MachineSet decisions (`docs/machine-lifecycle.md`, §2.5): how many machines to create, which to delete, which
+//! MachineSet decisions (`docs/machine-lifecycle.md`: how many machines to create, which to delete, which
 //! failed machines to auto-preserve; the status ([`status`]) and the in-place propagation of the template's
 //! node template, configuration and class kind into the machines ([`propagation`]); the machines it creates and
 //! the status of those it deletes ([`machines`]).
@@ -294,7 +294,7 @@ pub fn plan_replicas(facts: &ReplicaFacts) -> ReplicaPlan {
     plan
 }
 
-/// Auto-preservation (§2.5): while the set has room, failed machines without a known preserve value get
+/// Auto-preservation: while the set has room, failed machines without a known preserve value get
 /// `auto-preserved`, newest first; when the maximum was lowered, the oldest auto-preserved lose it.
 fn plan_auto_preservation(facts: &ReplicaFacts) -> (Vec<String>, Vec<String>) {
     let room = i64::from(facts.auto_preserve_max) - i64::from(facts.auto_preserve_count);

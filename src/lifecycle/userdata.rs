@@ -1,4 +1,4 @@
-//! What the driver gets as secret data (`docs/machine-lifecycle.md`, §2.3 "User data"): the class secrets merged
+//! What the driver gets as secret data (`docs/machine-lifecycle.md` "User data"): the class secrets merged
 //! (credentials last; a missing secret is empty) and `userData` templated with the machine name and a bootstrap
 //! token, in raw or URL-encoded (ignition) form. The bootstrap token is a Secret `bootstrap-token-<id>` in the target
 //! cluster's `kube-system`, with MCM's id, a 16-character secret, TTL = the creation timeout.

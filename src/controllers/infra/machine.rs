@@ -94,7 +94,7 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachine>, ctx: Arc<InfraContext>) -> R
         class_problem: None,
         has_vm: create::provider_id(&hub).is_some(),
     };
-    // Contract §2.3: the finalizer goes on once the owner and the Cluster exist, before the other waits.
+    // Contract: the finalizer goes on once the owner and the Cluster exist, before the other waits.
     if owner.is_some() && cluster.is_some() && !obj.finalizers().iter().any(|f| f == MACHINE_FINALIZER) {
         writes::add_finalizer(&api, &*obj, MACHINE_FINALIZER).await?;
     }

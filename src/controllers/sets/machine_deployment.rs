@@ -1,4 +1,4 @@
-//! The MachineDeployment controller (`docs/machine-lifecycle.md` `reconcileClusterMachineDeployment`, §6.1): claim
+//! The MachineDeployment controller (`docs/machine-lifecycle.md` `reconcileClusterMachineDeployment`: claim
 //! the MachineSets, let `lifecycle::machine_deployment::plan::plan_deployment` decide the whole pass, and apply
 //! its plan in order — finalizer, the deployment's own metadata and spec, the autoscaler's machine marks (and wait
 //! until the stores show them, so the MachineSet picks the marked machines), the new set, set patches and

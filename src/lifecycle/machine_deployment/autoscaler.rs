@@ -1,4 +1,4 @@
-//! The cluster-autoscaler contract of MCM (`docs/machine-lifecycle.md`, §8 item 5).
+//! The cluster-autoscaler contract of MCM (`docs/machine-lifecycle.md` item 5).
 //!
 //! The autoscaler scales a MachineDeployment down by choosing machines: in one update of the deployment it
 //! lowers `spec.replicas`, appends `<machine>~<RFC3339 time>` to `node.machine.sapcloud.io/trigger-deletion-by-mcm`

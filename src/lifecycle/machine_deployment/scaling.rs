@@ -1,5 +1,5 @@
 //! Scaling a MachineDeployment whose sets already exist (`docs/machine-lifecycle.md` "Scaling, including proportional
-//! scaling"; §8 item 6, MCM #754).
+//! scaling"; item 6, MCM #754).
 //!
 //! - One active set (or none): it takes all replicas.
 //! - A saturated new set: old sets go to 0.

@@ -1,4 +1,4 @@
-//! In-place propagation (`docs/machine-lifecycle.md` "In-place propagation", §2.2 step 4): the node template, the
+//! In-place propagation (`docs/machine-lifecycle.md` "In-place propagation" step 4): the node template, the
 //! machine configuration (the inlined timeouts and health settings) and `class.kind` of a MachineSet's template
 //! are copied into every active machine (not Failed, not terminating) without replacing it. A change to any of
 //! them does not roll the MachineDeployment.

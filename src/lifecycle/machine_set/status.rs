@@ -1,4 +1,4 @@
-//! The status of a MachineSet, computed from the machines it owns (`docs/machine-lifecycle.md`, §2.5).
+//! The status of a MachineSet, computed from the machines it owns (`docs/machine-lifecycle.md`.
 //!
 //! - `replicas` counts every owned machine, terminating ones included;
 //! - `fullyLabeledReplicas` those whose labels include the template's;

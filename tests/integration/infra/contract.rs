@@ -80,7 +80,7 @@ async fn an_mcmmachine_follows_capi_core_through_its_life() {
     let patch = json!({"spec": {"bootstrap": {"dataSecretName": "m1-bootstrap"}}});
     env.machines().patch("m1", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let m = env.wait_provisioned("m1").await;
-    // Every field core reads of an InfraMachine (§2.2).
+    // Every field core reads of an InfraMachine.
     let provider_id = m.spec.provider_id.clone().unwrap();
     assert!(provider_id.starts_with("inmemory:///zone-b/"), "{provider_id}: placed in the Machine's failure domain");
     let status = m.status.clone().unwrap();
@@ -96,7 +96,7 @@ async fn an_mcmmachine_follows_capi_core_through_its_life() {
     assert!(env.live(&provider_id));
     let vm = env.dev.cloud.vm(&provider_id).unwrap();
     assert_eq!((vm.machine_name.as_str(), vm.zone.as_str()), ("m1", "zone-b"));
-    // The kubelet simulator registers a Node with exactly that providerID (core matches it, §7.2).
+    // The kubelet simulator registers a Node with exactly that providerID (core matches it.
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.client());
     wait_until("the Node with the providerID", WAIT, || async {
         let list = nodes.list(&Default::default()).await.ok()?;

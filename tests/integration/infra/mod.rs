@@ -1,7 +1,7 @@
 //! The CAPI infrastructure provider end to end: the tests play upstream CAPI core's part (a Cluster with its
 //! MCMCluster, a Machine with its MCMMachine, ownerRefs and a bootstrap data Secret, as core's controllers make
 //! them) against the embedded API server, with the in-memory cloud, and check every field core reads
-//! (`docs/infrastructure-provider.md`, §4) at each step.
+//! (`docs/infrastructure-provider.md` at each step.
 
 mod contract;
 mod safety;
