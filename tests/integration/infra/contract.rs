@@ -96,7 +96,7 @@ async fn an_mcmmachine_follows_capi_core_through_its_life() {
     assert!(env.live(&provider_id));
     let vm = env.dev.cloud.vm(&provider_id).unwrap();
     assert_eq!((vm.machine_name.as_str(), vm.zone.as_str()), ("m1", "zone-b"));
-    // The kubelet simulator registers a Node with exactly that providerID (core matches it.
+    // The kubelet simulator registers a Node with exactly that providerID (core matches it).
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.client());
     wait_until("the Node with the providerID", WAIT, || async {
         let list = nodes.list(&Default::default()).await.ok()?;
