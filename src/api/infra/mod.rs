@@ -1,5 +1,5 @@
 //! `infrastructure.cluster.x-k8s.io/v1alpha1`: our own API, implementing CAPI's infrastructure contract v1beta2
-//! (`docs/infrastructure-provider.md`–5).
+//! (`docs/infrastructure-provider.md`).
 //!
 //! Every CRD carries the label `cluster.x-k8s.io/v1beta2: v1alpha1` (how CAPI core finds our version) and the
 //! category `cluster-api`.
