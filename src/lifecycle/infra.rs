@@ -1,4 +1,4 @@
-//! The CAPI infrastructure provider's decisions (`docs/infrastructure-provider.md`–5): when an MCMMachine may go ahead, what
+//! The CAPI infrastructure provider's decisions (`docs/infrastructure-provider.md`): when an MCMMachine may go ahead, what
 //! its `Ready` and `Paused` conditions say, where the VM goes, what an MCMCluster and an MCMMachineTemplate
 //! publish.
 //!

@@ -1,4 +1,4 @@
-//! The Cluster API infrastructure provider (`docs/infrastructure-provider.md`–5): the MCMMachine, MCMCluster and
+//! The Cluster API infrastructure provider (`docs/infrastructure-provider.md`): the MCMMachine, MCMCluster and
 //! MCMMachineTemplate controllers, and orphan-VM collection for the VMs of MCMMachines.
 //!
 //! - [`machine`]: one VM per MCMMachine, made and removed with MCM's create and delete decisions run on the hub
