@@ -187,16 +187,27 @@ impl Counters {
         }
     }
 
+    /// Adds (desired, replicas, ready, available, up to date) as an owner of replicas reports them.
+    fn add_counts(&mut self, [desired, replicas, ready, available, up_to_date]: [Option<i32>; 5]) {
+        Self::add(&mut self.desired, desired);
+        Self::add(&mut self.replicas, replicas);
+        Self::add(&mut self.ready, ready);
+        Self::add(&mut self.available, available);
+        Self::add(&mut self.up_to_date, up_to_date);
+    }
+
     fn add_machine(&mut self, m: &capi::Machine) {
         let is_true = |type_: &str| {
             let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
             i32::from(conditions.is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True")))
         };
-        Self::add(&mut self.desired, Some(1));
-        Self::add(&mut self.replicas, Some(1));
-        Self::add(&mut self.ready, Some(is_true("Ready")));
-        Self::add(&mut self.available, Some(is_true("Available")));
-        Self::add(&mut self.up_to_date, Some(is_true("UpToDate")));
+        self.add_counts([
+            Some(1),
+            Some(1),
+            Some(is_true("Ready")),
+            Some(is_true("Available")),
+            Some(is_true("UpToDate")),
+        ]);
     }
 
     fn to_json(self) -> serde_json::Value {
@@ -231,23 +242,27 @@ pub fn replica_counters(
         |m: &capi::Machine| m.metadata.labels.as_ref().is_some_and(|l| l.contains_key(CONTROL_PLANE_LABEL));
     let mut workers = Counters::default();
     for d in deployments {
-        let status = d.status.as_ref();
-        Counters::add(&mut workers.desired, d.spec.replicas);
-        Counters::add(&mut workers.replicas, status.and_then(|s| s.replicas));
-        Counters::add(&mut workers.ready, status.and_then(|s| s.ready_replicas));
-        Counters::add(&mut workers.available, status.and_then(|s| s.available_replicas));
-        Counters::add(&mut workers.up_to_date, status.and_then(|s| s.up_to_date_replicas));
+        let s = d.status.as_ref();
+        workers.add_counts([
+            d.spec.replicas,
+            s.and_then(|s| s.replicas),
+            s.and_then(|s| s.ready_replicas),
+            s.and_then(|s| s.available_replicas),
+            s.and_then(|s| s.up_to_date_replicas),
+        ]);
     }
     let alone = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
         super::claim::controller_of(meta).is_none_or(|o| o.kind == "Cluster")
     };
     for set in sets.iter().filter(|s| alone(&s.metadata)) {
-        let status = set.status.as_ref();
-        Counters::add(&mut workers.desired, set.spec.replicas);
-        Counters::add(&mut workers.replicas, status.and_then(|s| s.replicas));
-        Counters::add(&mut workers.ready, status.and_then(|s| s.ready_replicas));
-        Counters::add(&mut workers.available, status.and_then(|s| s.available_replicas));
-        Counters::add(&mut workers.up_to_date, status.and_then(|s| s.up_to_date_replicas));
+        let s = set.status.as_ref();
+        workers.add_counts([
+            set.spec.replicas,
+            s.and_then(|s| s.replicas),
+            s.and_then(|s| s.ready_replicas),
+            s.and_then(|s| s.available_replicas),
+            s.and_then(|s| s.up_to_date_replicas),
+        ]);
     }
     let standalone = |m: &&&capi::Machine| !is_control_plane(m) && alone(&m.metadata);
     for m in machines.iter().filter(standalone) {
