@@ -39,14 +39,16 @@ impl TableVersion {
 }
 
 /// One clause of an Accept header: media type, parameters and quality.
-struct Clause<'a> {
-    media_type: String,
+pub(super) struct Clause<'a> {
+    /// The media type, lower case.
+    pub(super) media_type: String,
     params: Vec<(String, &'a str)>,
     quality: f32,
 }
 
 impl Clause<'_> {
-    fn param(&self, key: &str) -> Option<&str> {
+    /// A parameter's value.
+    pub(super) fn param(&self, key: &str) -> Option<&str> {
         self.params.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
     }
 
@@ -60,7 +62,8 @@ impl Clause<'_> {
     }
 }
 
-fn clauses(accept: &str) -> Vec<Clause<'_>> {
+/// The clauses of an Accept header in preference order.
+pub(super) fn clauses(accept: &str) -> Vec<Clause<'_>> {
     let mut out: Vec<Clause<'_>> = accept
         .split(',')
         .filter_map(|clause| {

@@ -420,10 +420,14 @@ async fn route(shared: Arc<Shared>, parts: axum::http::request::Parts, body: Bod
             let text = shared.faults.metrics_text();
             get_only((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
         }
-        Target::CoreVersions => get_only(json_response(StatusCode::OK, &discovery::core_versions(&shared.address))),
+        Target::CoreVersions | Target::Groups if discovery::wants_aggregated(&parts.headers) => {
+            let doc = discovery::aggregated(&shared.lock().registry, matches!(target, Target::CoreVersions));
+            get_only(discovery::response(&doc, true))
+        }
+        Target::CoreVersions => get_only(discovery::response(&discovery::core_versions(&shared.address), false)),
         Target::Groups => {
             let doc = discovery::groups(&shared.lock().registry);
-            get_only(json_response(StatusCode::OK, &doc))
+            get_only(discovery::response(&doc, false))
         }
         Target::Group(group) => {
             let doc = discovery::group(&shared.lock().registry, &group);
