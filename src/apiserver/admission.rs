@@ -61,6 +61,7 @@ fn accept_body(rt: &ResourceType, version: &str, body: Value) -> Result<Value, A
     let mut obj = convert::to_storage(rt, body);
     if !rt.custom && rt.gr.group.is_empty() && rt.gr.resource == "secrets" {
         fold_string_data(&mut obj);
+        default_secret_type(&mut obj);
     }
     Ok(obj)
 }
@@ -85,6 +86,15 @@ fn fold_string_data(secret: &mut Value) {
             };
             data.insert(key, Value::String(base64::engine::general_purpose::STANDARD.encode(text)));
         }
+    }
+}
+
+/// kube-apiserver's defaulting of a Secret: no type (or an empty one, as `kubectl create secret generic` sends in
+/// protobuf) is `Opaque`.
+fn default_secret_type(secret: &mut Value) {
+    let Some(map) = secret.as_object_mut() else { return };
+    if map.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+        map.insert("type".into(), json!("Opaque"));
     }
 }
 
@@ -600,5 +610,14 @@ mod string_data_tests {
         let mut none = json!({"data": {"k": "dg=="}});
         fold_string_data(&mut none);
         assert_eq!(none, json!({"data": {"k": "dg=="}}));
+    }
+
+    #[test]
+    fn a_secret_without_type_is_opaque() {
+        for (given, want) in [(json!({}), "Opaque"), (json!({"type": ""}), "Opaque"), (json!({"type": "x/y"}), "x/y")] {
+            let mut secret = given;
+            default_secret_type(&mut secret);
+            assert_eq!(secret["type"], want);
+        }
     }
 }

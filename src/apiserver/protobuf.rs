@@ -92,12 +92,14 @@ fn object_meta(meta: meta::ObjectMeta) -> Value {
                    "controller": o.controller, "blockOwnerDeletion": o.block_owner_deletion})
         })
         .collect();
+    // Go writes every plain string, empty ones too; an empty one is unset (JSON clients leave it out).
+    let set = |s: Option<String>| s.filter(|s| !s.is_empty());
     json!({
-        "name": meta.name,
-        "generateName": meta.generate_name,
-        "namespace": meta.namespace,
-        "resourceVersion": meta.resource_version,
-        "uid": meta.uid,
+        "name": set(meta.name),
+        "generateName": set(meta.generate_name),
+        "namespace": set(meta.namespace),
+        "resourceVersion": set(meta.resource_version),
+        "uid": set(meta.uid),
         "labels": non_empty(json!(meta.labels)),
         "annotations": non_empty(json!(meta.annotations)),
         "ownerReferences": non_empty(json!(owners)),
@@ -220,8 +222,16 @@ mod tests {
             data: [("k".to_string(), "v".to_string())].into(),
             ..Default::default()
         };
+        // As Go writes it: every plain string present, empty ones too.
         let namespace = core::Namespace {
-            metadata: Some(meta::ObjectMeta { name: Some("n".into()), ..Default::default() }),
+            metadata: Some(meta::ObjectMeta {
+                name: Some("n".into()),
+                generate_name: Some(String::new()),
+                namespace: Some(String::new()),
+                uid: Some(String::new()),
+                resource_version: Some(String::new()),
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let cases = [
