@@ -5,6 +5,7 @@ mod crud;
 mod custom;
 mod faults;
 mod input;
+mod kubectl_create;
 mod kubectl_get;
 mod kubectl_openapi;
 mod kubectl_workflow;
