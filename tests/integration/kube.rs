@@ -26,6 +26,13 @@ const INFRASTRUCTURE_ACCOUNT: &str = "mcm-manager";
 /// The MCM flavour's ServiceAccount (`config/rbac-mcm`).
 const MACHINE_ACCOUNT: &str = "machine-controller-manager";
 
+/// What `make upstream-tools` builds for this backend.
+const PROGRAMS: [&str; 3] = ["etcd", "kube-apiserver", "kube-controller-manager"];
+
+fn bin() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/upstream/bin")
+}
+
 /// The audit policy: our controllers' requests, metadata only (never bodies: they may carry Secrets).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -58,6 +65,29 @@ pub enum Roles {
 }
 
 impl KubeCluster {
+    /// Whether `make upstream-tools` built the programs; when not, says so loudly (and fails under `CI=true`,
+    /// where they are always built).
+    pub fn built(test: &str) -> bool {
+        let built = PROGRAMS.iter().all(|p| bin().join(p).is_file());
+        if !built {
+            let message =
+                format!("{test}: kube-apiserver, kube-controller-manager or etcd missing in {}", bin().display());
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+            eprintln!("*** SKIPPED {message}: run `make upstream-tools` (docs/testing.md)");
+        }
+        built
+    }
+
+    /// A client with the administrator's credentials.
+    pub async fn admin_client(&self) -> kube::Client {
+        client_for(&self.external.admin).await
+    }
+
+    /// The administrator's kubeconfig file.
+    pub fn admin_kubeconfig_file(&self) -> std::path::PathBuf {
+        self.dir.0.join("admin.kubeconfig")
+    }
+
     /// Starts the processes, installs our CRDs and the shipped roles, and issues ServiceAccount tokens.
     pub async fn start(roles: Roles) -> KubeCluster {
         Self::start_with(roles, true).await
@@ -66,8 +96,8 @@ impl KubeCluster {
     /// The same, installing every CRD we ship only when `crds` (a test that installs what clusterctl would says
     /// false).
     pub async fn start_with(roles: Roles, crds: bool) -> KubeCluster {
-        let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/upstream/bin");
-        for program in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+        let bin = bin();
+        for program in PROGRAMS {
             assert!(
                 bin.join(program).is_file(),
                 "MCM_TEST_APISERVER=kube needs {program} in {}: run `make upstream-tools` (docs/testing.md)",

@@ -198,7 +198,14 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
         &kubeconfig,
         &format!("http://{cloud_addr}"),
         &dir.0,
-        &["--controllers=infrastructure", "--target-kubeconfig=none", "--leader-elect=true"],
+        &[
+            "--controllers=infrastructure",
+            "--target-kubeconfig=none",
+            "--leader-elect=true",
+            // The install's Lease lives in its own namespace, the only one its Role covers (the embedded server
+            // has no such namespace and no authorizer).
+            if kube.is_some() { "--leader-elect-resource-namespace=mcm-system" } else { "--leader-elect=true" },
+        ],
     );
     run.wait_line("leading: controllers started", WAIT).await;
     let readyz = run.readyz_url().await;
