@@ -187,6 +187,9 @@ impl KubeCluster {
         // every 30 s.
         if crds {
             mcm::dev::install_crds(&client).await.expect("the real kube-apiserver accepts our CRDs");
+            // Served only once Established, a moment after the create.
+            let kubectl = Kubectl::for_kubeconfig(&admin_kubeconfig);
+            kubectl.run(&["wait", "--for=condition=Established", "crd", "--all", "--timeout=60s"]).await;
         }
         let kubectl = Kubectl::for_kubeconfig(&admin_kubeconfig);
         let manifests = shipped_roles();

@@ -46,6 +46,19 @@ async fn install_provider_crds(client: &kube::Client) {
         let crd: CustomResourceDefinition = serde_yaml::from_str(&repo_file(&file)).unwrap();
         api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("{file}: {e}"));
     }
+    // A real kube-apiserver serves a CRD's kind only once it is Established, a moment after the create.
+    wait_until("the CRDs to be established", WAIT, || async {
+        let crds = api.list(&Default::default()).await.ok()?.items;
+        crds.iter()
+            .all(|crd| {
+                crd.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            })
+            .then_some(())
+    })
+    .await;
 }
 
 async fn create<K>(client: &kube::Client, object: Value)
