@@ -29,4 +29,4 @@ mod tls;
 mod watch;
 mod webhook;
 
-pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError};
+pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError, write_private_file};

@@ -279,17 +279,7 @@ impl ApiServer {
 
     /// Writes the kubeconfig to `path` (creating parent directories), readable by the owner only.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), ClientError> {
-        let write_err = |source| ClientError::Write { path: path.display().to_string(), source };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(write_err)?;
-        }
-        std::fs::write(path, self.kubeconfig_yaml()).map_err(write_err)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(write_err)?;
-        }
-        Ok(())
+        write_private_file(path, &self.kubeconfig_yaml())
     }
 
     /// The kube client configuration for this server (what the kubeconfig carries), to adjust before building a
@@ -310,6 +300,21 @@ impl ApiServer {
         self.close_watches();
         let _ = self.task.await;
     }
+}
+
+/// Writes `text` (a kubeconfig: credentials) to `path`, creating parent directories, readable by the owner only.
+pub fn write_private_file(path: &Path, text: &str) -> Result<(), ClientError> {
+    let write_err = |source| ClientError::Write { path: path.display().to_string(), source };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(write_err)?;
+    }
+    std::fs::write(path, text).map_err(write_err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(write_err)?;
+    }
+    Ok(())
 }
 
 /// Saves the store when it changed, at most every half second, and once more at shutdown.

@@ -278,9 +278,20 @@ impl Store {
         let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
         let obj = Arc::new(obj);
         self.index(gr, &key, &obj, true);
+        self.check_owners(&obj);
         self.collections.entry(gr.clone()).or_default().objects.insert(key, obj.clone());
         self.record(WatchEvent::new(self.rv, gr, EventType::Added, obj.clone(), None));
         obj
+    }
+
+    /// As kube-controller-manager's garbage collector does: an object whose owners do not exist is collected (or
+    /// loses the references to the missing ones).
+    fn check_owners(&mut self, obj: &Value) {
+        for owner in object::owner_uids(obj) {
+            if !self.by_uid.contains_key(&owner) {
+                self.tasks.push_back(Task::OwnerGone(owner));
+            }
+        }
     }
 
     /// Restores an object exactly as persisted (no new resourceVersion, no event).
@@ -312,6 +323,7 @@ impl Store {
             self.index(gr, key, prev, false);
         }
         self.index(gr, key, &obj, true);
+        self.check_owners(&obj);
         self.collections.entry(gr.clone()).or_default().objects.insert(key.clone(), obj.clone());
         self.record(WatchEvent::new(self.rv, gr, EventType::Modified, obj.clone(), previous));
         if is_deleting(&obj) {
@@ -450,9 +462,11 @@ impl Store {
         for (gr, key) in self.dependents_of(uid) {
             let Some(dep) = self.get(&gr, &key) else { continue };
             let owners = object::owner_refs(&dep);
+            // An owner of a kind this server does not serve cannot be looked up: like the real collector, keep the
+            // reference rather than guess.
             let alive: Vec<Value> = owners
                 .iter()
-                .filter(|r| r["uid"].as_str().is_some_and(|u| self.by_uid.contains_key(u)))
+                .filter(|r| r["uid"].as_str().is_some_and(|u| self.by_uid.contains_key(u)) || !self.serves_kind(r))
                 .cloned()
                 .collect();
             if alive.is_empty() {
@@ -465,6 +479,14 @@ impl Store {
                 self.replace(&gr, &key, obj);
             }
         }
+    }
+
+    /// Whether an owner reference names a kind this server serves.
+    fn serves_kind(&self, owner: &Value) -> bool {
+        let api_version = owner["apiVersion"].as_str().unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        let kind = owner["kind"].as_str().unwrap_or_default();
+        self.registry.iter().any(|t| t.gr.group == group && t.kind == kind)
     }
 
     fn delete_nested(&mut self, gr: &GroupResource, key: &ObjectKey) {
@@ -657,6 +679,22 @@ mod tests {
         assert!(!exists(&s, "child") && !exists(&s, "grandchild"));
         let shared = s.get(&cm(), &key("shared")).unwrap();
         assert_eq!(object::owner_uids(&shared), vec!["other".to_string()], "dangling reference removed");
+    }
+
+    #[test]
+    fn a_new_object_whose_owners_are_missing_is_collected() {
+        let mut s = Store::new(100);
+        s.insert(&cm(), obj("default", "owner", "o1", &[]));
+        s.insert(&cm(), obj("default", "orphan", "c1", &[("missing", false)]));
+        s.insert(&cm(), obj("default", "half", "c2", &[("o1", false), ("missing", false)]));
+        let mut unknown_kind = obj("default", "unknown-kind", "c3", &[("missing", false)]);
+        unknown_kind["metadata"]["ownerReferences"][0]["kind"] = json!("NotServed");
+        s.insert(&cm(), unknown_kind);
+        s.settle();
+        assert!(!exists(&s, "orphan"), "no owner exists");
+        let half = s.get(&cm(), &key("half")).unwrap();
+        assert_eq!(object::owner_uids(&half), vec!["o1".to_string()], "the missing owner's reference is removed");
+        assert!(exists(&s, "unknown-kind"), "an owner of a kind not served cannot be looked up");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use serde_json::json;
 
 use super::BenchError;
 use crate::api::mcm::{Machine, MachineDeployment, MachinePhase};
+use crate::apiserver::faults::Faults;
 use crate::dev::{DevEnvironment, DevOptions, apply_manifest};
 
 const NAMESPACE: &str = "bench";
@@ -97,8 +98,8 @@ async fn wait_all_running(
 }
 
 /// What the API server counted since the last reset: total, and the busiest `(verb, resource)` pairs.
-fn requests(env: &DevEnvironment, machines: usize) -> String {
-    let counts = env.server.faults().request_counts();
+fn requests(faults: &Faults, machines: usize) -> String {
+    let counts = faults.request_counts();
     let total: u64 = counts.values().sum();
     // The kubelet simulator plays the nodes: its Node creations and status posts are not the controllers'.
     let kubelet: u64 = counts
@@ -142,6 +143,13 @@ pub async fn machines(sizes: MachinesBench) -> Result<String, BenchError> {
         ..DevOptions::default()
     };
     let env = DevEnvironment::start(&options, |_| {}).await?;
+    // The request counts come from the embedded server, which the options above always start.
+    let shared = env
+        .server
+        .embedded()
+        .map(|server| server.shared().clone())
+        .ok_or_else(|| BenchError::Setup("the benchmark needs the embedded API server".into()))?;
+    let faults = &shared.faults;
     let deployments = sizes.deployments.max(1);
     let per_deployment: Vec<usize> = (0..deployments)
         .map(|i| sizes.machines / deployments + usize::from(i < sizes.machines % deployments))
@@ -166,7 +174,7 @@ pub async fn machines(sizes: MachinesBench) -> Result<String, BenchError> {
     store.wait_until_ready().await.map_err(|e| BenchError::Setup(e.to_string()))?;
 
     // 1. From nothing to N Running machines.
-    env.server.faults().reset_counts();
+    faults.reset_counts();
     let started = Instant::now();
     apply_manifest(&env.client, &manifest(sizes.surge_percent, deployments, &per_deployment)).await?;
     wait_all_running(&store, sizes.machines, sizes.timeout, "every machine Running", |_| true).await?;
@@ -176,14 +184,14 @@ pub async fn machines(sizes: MachinesBench) -> Result<String, BenchError> {
         sizes.machines,
         elapsed.as_secs_f64(),
         sizes.machines as f64 / elapsed.as_secs_f64(),
-        requests(&env, sizes.machines)
+        requests(faults, sizes.machines)
     ));
     if let Some(peak) = peak_rss_bytes() {
         report.push_str(&format!("  peak resident memory so far: {} (the whole process)\n", mib(peak)));
     }
 
     // 2. A rolling update of every machine.
-    env.server.faults().reset_counts();
+    faults.reset_counts();
     let deployments_api: Api<MachineDeployment> = Api::namespaced(env.client.clone(), NAMESPACE);
     let started = Instant::now();
     for i in 0..deployments {
@@ -197,7 +205,7 @@ pub async fn machines(sizes: MachinesBench) -> Result<String, BenchError> {
         "rolling update: {} machines replaced in {:.2} s\n  {}\n",
         sizes.machines,
         elapsed.as_secs_f64(),
-        requests(&env, sizes.machines)
+        requests(faults, sizes.machines)
     ));
     if let Some(peak) = peak_rss_bytes() {
         report.push_str(&format!("peak resident memory: {} (API server, controllers, cloud and kubelet)\n", mib(peak)));

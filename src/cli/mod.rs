@@ -228,6 +228,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 sample: !args.no_sample,
                 controllers,
                 infra,
+                external: None,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

@@ -10,7 +10,7 @@ use kube::Client;
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::client::{self, api, create_if_absent, get, merge, release_and_delete};
+use super::client::{self, api, create_if_absent, get, merge, merge_if_present, release_and_delete};
 use super::objects::{controlled_by, controller_ref};
 use super::plan::{DeploymentPlan, Plan, Target, plan};
 use super::{ApplyStep, FROM_ANNOTATION, MigrateError, Progress, STEP_ANNOTATION, WAS_PAUSED_ANNOTATION};
@@ -98,14 +98,10 @@ pub async fn apply(client: &Client, options: &ApplyOptions, report: Report<'_>) 
 /// Records `step` on the MCM and the CAPI MachineDeployment `name` (whichever exist).
 async fn record(client: &Client, ns: &str, name: &str, step: ApplyStep) -> Result<(), MigrateError> {
     let patch = json!({"metadata": {"annotations": {STEP_ANNOTATION: step.name()}}});
-    let mcm_api = api::<mcm::MachineDeployment>(client, ns);
-    if get(&mcm_api, name).await?.is_some() {
-        merge(&mcm_api, name, &patch).await?;
-    }
-    let capi_api = api::<capi::MachineDeployment>(client, ns);
-    if get(&capi_api, name).await?.is_some() {
-        merge(&capi_api, name, &patch).await?;
-    }
+    // The MCM deployment is being deleted after step 4: a real API server keeps it until its garbage collector has
+    // orphaned the sets, so it may go between a read and the write.
+    merge_if_present(&api::<mcm::MachineDeployment>(client, ns), name, &patch).await?;
+    merge_if_present(&api::<capi::MachineDeployment>(client, ns), name, &patch).await?;
     Ok(())
 }
 

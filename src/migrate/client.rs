@@ -84,6 +84,24 @@ where
         .map_err(|e| MigrateError::kube("patch", describe::<K>(name), e))
 }
 
+/// Merges `patch` into object `name` unless it is gone or going (`false` then). A deleted object may linger while
+/// a garbage collector works through its `orphan` finalizer, and vanish between a read and a write.
+pub async fn merge_if_present<K>(api: &Api<K>, name: &str, patch: &Value) -> Result<bool, MigrateError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match get(api, name).await? {
+        Some(object) if object.meta().deletion_timestamp.is_none() => {}
+        _ => return Ok(false),
+    }
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+    match api.patch(name, &params, &Patch::Merge(patch)).await {
+        Ok(_) => Ok(true),
+        Err(e) if is_status(&e, 404) => Ok(false),
+        Err(e) => Err(MigrateError::kube("patch", describe::<K>(name), e)),
+    }
+}
+
 /// Sets annotation `key` (to `value`, or removes it with `None`) on object `name`.
 pub async fn annotate<K>(api: &Api<K>, name: &str, key: &str, value: Option<&str>) -> Result<K, MigrateError>
 where
@@ -91,6 +109,10 @@ where
 {
     merge(api, name, &json!({"metadata": {"annotations": {key: value}}})).await
 }
+
+/// The finalizer the API server sets on an object deleted with `propagationPolicy: Orphan`; the garbage collector
+/// removes the object's dependents' references to it, then the finalizer.
+const ORPHAN_FINALIZER: &str = "orphan";
 
 /// Releases every finalizer of object `name` and deletes it, orphaning its dependents, so no controller runs a
 /// deletion flow (no VM, no Node goes with it). An object already gone counts as deleted.
@@ -101,13 +123,21 @@ where
     let Some(object) = get(api, name).await? else {
         return Ok(false);
     };
-    if object.meta().finalizers.as_ref().is_some_and(|f| !f.is_empty()) {
-        let patch = json!({"metadata": {"finalizers": null, "resourceVersion": object.meta().resource_version}});
+    // The garbage collector's `orphan` finalizer is what keeps the dependents: removing it would let a real
+    // cluster's collector delete them (and their VMs) after all. Every other finalizer (MCM's) is released.
+    let finalizers = object.meta().finalizers.clone().unwrap_or_default();
+    let kept: Vec<&String> = finalizers.iter().filter(|f| f.as_str() == ORPHAN_FINALIZER).collect();
+    if kept.len() != finalizers.len() {
+        let patch = json!({"metadata": {"finalizers": kept, "resourceVersion": object.meta().resource_version}});
         match api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await {
             Ok(_) => {}
             Err(e) if is_status(&e, 404) => return Ok(false),
             Err(e) => return Err(MigrateError::kube("release the finalizers of", describe::<K>(name), e)),
         }
+    }
+    if object.meta().deletion_timestamp.is_some() && !kept.is_empty() {
+        // Deleted with orphaning already (a resumed run): the collector finishes it.
+        return Ok(true);
     }
     let params = DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() };
     match api.delete(name, &params).await {

@@ -3,12 +3,24 @@
 // Test helpers outside `#[test]` functions may panic: a panic is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Skips the calling test under `MCM_TEST_APISERVER=kube` (saying so) when it needs what only the embedded API
+/// server offers: fault injection, request counters, closing watches, its process-local state.
+macro_rules! needs_embedded_server {
+    ($why:literal) => {
+        if crate::kube::enabled() {
+            eprintln!("SKIPPED under MCM_TEST_APISERVER=kube: this test needs {}", $why);
+            return;
+        }
+    };
+}
+
 mod apiserver;
 mod capi;
 mod cli;
 mod dev;
 mod drain;
 mod infra;
+mod kube;
 mod machines;
 mod migrate;
 mod packaging;

@@ -7,6 +7,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use kube::api::PostParams;
 use mcm::apiserver::{ApiServer, ServerConfig};
+use mcm::dev::{ControlPlane, DevEnvironment, DevOptions};
+
+use crate::kube::{KubeCluster, Roles};
 
 /// A server on an ephemeral port and a client for it.
 pub async fn start() -> (ApiServer, kube::Client) {
@@ -26,6 +29,38 @@ pub async fn install_crds(client: &kube::Client) {
     for file in mcm::api::crds::files().expect("crds") {
         let crd: CustomResourceDefinition = serde_yaml::from_str(&file.yaml).expect("crd yaml");
         api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("{}: {e}", file.file_name));
+    }
+}
+
+/// Starts `mcm dev`'s environment on the suite's backend: the embedded API server, or with
+/// `MCM_TEST_APISERVER=kube` a fresh real cluster (returned too: it lives as long as the guard).
+pub async fn start_dev(mut options: DevOptions) -> (DevEnvironment, Option<KubeCluster>) {
+    let cluster = if crate::kube::enabled() {
+        let roles = if options.controllers.capi_core { Roles::AdminMachineControllers } else { Roles::Shipped };
+        Some(KubeCluster::start(roles).await)
+    } else {
+        None
+    };
+    options.external = cluster.as_ref().map(|c| c.external.clone());
+    let dev = DevEnvironment::start(&options, |_| {}).await.unwrap();
+    (dev, cluster)
+}
+
+/// A server kubectl can be pointed at.
+pub trait KubeconfigSource {
+    /// Writes an administrator's kubeconfig to `path`.
+    fn write_admin_kubeconfig(&self, path: &std::path::Path);
+}
+
+impl KubeconfigSource for ApiServer {
+    fn write_admin_kubeconfig(&self, path: &std::path::Path) {
+        self.write_kubeconfig(path).unwrap();
+    }
+}
+
+impl KubeconfigSource for ControlPlane {
+    fn write_admin_kubeconfig(&self, path: &std::path::Path) {
+        self.write_kubeconfig(path).unwrap();
     }
 }
 
@@ -55,10 +90,11 @@ pub struct Kubectl {
 
 impl Kubectl {
     /// kubectl for a server of this process (writes its kubeconfig into a fresh directory).
-    pub fn new(server: &ApiServer) -> Self {
+    pub fn new(server: &impl KubeconfigSource) -> Self {
         let dir = std::env::temp_dir().join(format!("mcm-kubectl-{}", uuid::Uuid::new_v4()));
         let kubeconfig = dir.join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        server.write_admin_kubeconfig(&kubeconfig);
         Kubectl { dir, kubeconfig }
     }
 

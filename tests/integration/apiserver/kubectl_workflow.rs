@@ -167,10 +167,20 @@ async fn cordon_and_drain_respect_a_pod_disruption_budget() {
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "n1"}})).unwrap())
         .await
         .unwrap();
+    // A real owner: the garbage collector deletes Pods whose owner does not exist.
+    let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let owner = json!({"metadata": {"name": "rs"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    let uid = replica_sets
+        .create(&PostParams::default(), &serde_json::from_value(owner).unwrap())
+        .await
+        .unwrap()
+        .metadata
+        .uid;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for name in ["p1", "p2"] {
         let pod = json!({"metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [{"apiVersion": "apps/v1",
-            "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": true}]},
+            "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}]},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "x"}]}});
         pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
         let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});

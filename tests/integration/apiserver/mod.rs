@@ -1,5 +1,6 @@
 //! The embedded API server driven through kube-rs, as controllers use it.
 
+mod backends;
 mod builtins;
 mod crud;
 mod custom;

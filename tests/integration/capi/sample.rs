@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use mcm::dev::{DevEnvironment, DevOptions};
+use mcm::dev::DevOptions;
 
 use super::WAIT;
 use crate::support::{Kubectl, TempDir, wait_until};
@@ -93,7 +93,7 @@ async fn the_dev_capi_sample_reaches_3_running_machines_and_a_template_change_ro
         ..Default::default()
     };
     assert!(options.sample && options.controllers.capi_core, "mcm dev applies the samples and runs CAPI core");
-    let env = DevEnvironment::start(&options, |_| {}).await.unwrap();
+    let (env, _kube) = crate::support::start_dev(options).await;
     assert!(env.sample.iter().any(|s| s == "MachineDeployment capi-sample/workers"), "{:?}", env.sample);
     let kubectl = Kubectl::new(&env.server);
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use mcm::dev::{DevEnvironment, DevOptions};
+use mcm::dev::DevOptions;
 
 use super::sample::wait_running_from;
 use crate::packaging::{root, substitute};
@@ -18,7 +18,7 @@ async fn the_inmemory_cluster_template_gets_running_machines_in_mcm_dev() {
         sample: false,
         ..Default::default()
     };
-    let env = DevEnvironment::start(&options, |_| {}).await.unwrap();
+    let (env, _kube) = crate::support::start_dev(options).await;
     let kubectl = Kubectl::new(&env.server);
 
     let template = std::fs::read_to_string(root().join("templates/cluster-template-inmemory.yaml")).unwrap();

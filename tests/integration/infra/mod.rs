@@ -33,6 +33,8 @@ pub struct Env {
     pub dev: DevEnvironment,
     /// kubectl against it.
     pub kubectl: Kubectl,
+    /// The real cluster under `MCM_TEST_APISERVER=kube` (its processes stop when this goes).
+    _kube: Option<crate::kube::KubeCluster>,
     _dir: TempDir,
 }
 
@@ -69,12 +71,12 @@ impl Env {
             infra,
             ..Default::default()
         };
-        let dev = DevEnvironment::start(&dev_options, |_| {}).await.unwrap();
+        let (dev, kube) = crate::support::start_dev(dev_options).await;
         let namespaces: Api<Namespace> = Api::all(dev.client.clone());
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
         namespaces.create(&PostParams::default(), &ns).await.unwrap();
         let kubectl = Kubectl::new(&dev.server);
-        Env { dev, kubectl, _dir: dir }
+        Env { dev, kubectl, _kube: kube, _dir: dir }
     }
 
     pub fn client(&self) -> kube::Client {

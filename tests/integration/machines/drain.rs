@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Api;
@@ -15,10 +16,16 @@ use crate::support::wait_until;
 
 /// Running, Ready pods on `node`, labelled `app=web` and owned by a ReplicaSet (so a drain may evict them).
 async fn pods_on(env: &Env, node: &str, names: &[&str]) {
+    // A real owner: the garbage collector deletes Pods whose owner does not exist.
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(env.client(), NS);
+    let owner = json!({"metadata": {"name": "rs"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}});
+    let owner = replica_sets.create(&PostParams::default(), &serde_json::from_value(owner).unwrap()).await.unwrap();
+    let uid = owner.metadata.uid.unwrap();
     let pods: Api<Pod> = Api::namespaced(env.client(), NS);
     for name in names {
         let pod = json!({"metadata": {"name": name, "labels": {"app": "web"}, "ownerReferences": [{"apiVersion": "apps/v1",
-            "kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "controller": true}]},
+            "kind": "ReplicaSet", "name": "rs", "uid": uid, "controller": true}]},
             "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0, "containers": [{"name": "c", "image": "x"}]}});
         pods.create(&PostParams::default(), &serde_json::from_value(pod).unwrap()).await.unwrap();
         let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});

@@ -116,6 +116,7 @@ async fn a_deleted_node_deletes_its_machine() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reconcile_that_changes_nothing_writes_nothing() {
+    needs_embedded_server!("its request counters");
     let mut options = fast_options();
     options.machine.resync = std::time::Duration::from_millis(200);
     let env = Env::start(options).await;
@@ -132,7 +133,7 @@ async fn a_reconcile_that_changes_nothing_writes_nothing() {
         (node.metadata.labels.as_ref()?.get(MACHINE_NAME_LABEL).map(String::as_str) == Some("quiet")).then_some(())
     })
     .await;
-    let faults = env.dev.server.faults();
+    let faults = env.embedded().faults();
     let counted = ["machines", "machines/status", "machineclasses", "secrets", "nodes"];
     let writes = || {
         faults
@@ -222,6 +223,7 @@ async fn pending_waits_for_critical_components() {
     env.machines().patch("gated", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     env.wait_phase("gated", MachinePhase::Running, WAIT).await;
     let node = env.nodes().get("gated").await.unwrap();
-    assert!(node.spec.unwrap().taints.unwrap_or_default().is_empty());
+    let taints = node.spec.unwrap().taints.unwrap_or_default();
+    assert!(taints.is_empty(), "{taints:?}");
     env.shutdown().await;
 }

@@ -50,6 +50,8 @@ pub struct Env {
     pub dev: DevEnvironment,
     /// kubectl against it.
     pub kubectl: Kubectl,
+    /// The real cluster under `MCM_TEST_APISERVER=kube` (its processes stop when this goes).
+    _kube: Option<crate::kube::KubeCluster>,
     _dir: TempDir,
 }
 
@@ -68,17 +70,22 @@ impl Env {
             controllers: options,
             ..Default::default()
         };
-        let dev = DevEnvironment::start(&dev_options, |_| {}).await.unwrap();
+        let (dev, kube) = crate::support::start_dev(dev_options).await;
         let namespaces: Api<Namespace> = Api::all(dev.client.clone());
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
         namespaces.create(&PostParams::default(), &ns).await.unwrap();
         let kubectl = Kubectl::new(&dev.server);
-        Env { dev, kubectl, _dir: dir }
+        Env { dev, kubectl, _kube: kube, _dir: dir }
     }
 
     /// The client.
     pub fn client(&self) -> kube::Client {
         self.dev.client.clone()
+    }
+
+    /// The embedded API server, for tests that start with `needs_embedded_server!`.
+    pub fn embedded(&self) -> &mcm::apiserver::ApiServer {
+        self.dev.server.embedded().expect("the test says needs_embedded_server! first")
     }
 
     /// Machines of the test namespace.

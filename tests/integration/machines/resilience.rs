@@ -80,15 +80,16 @@ async fn killed_and_restarted_controllers_leave_no_duplicates_and_nothing_stuck(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn api_server_faults_and_dropped_watches() {
+    needs_embedded_server!("fault injection and closing watches");
     let env = Env::start(fast_options()).await;
     env.class("small", json!({})).await;
-    let faults = env.dev.server.faults();
+    let faults = env.embedded().faults();
     // The controllers write with patches; the test itself only creates, reads and deletes.
     faults.fail_share(Selector::new(Some(Verb::Patch), Some("machines")), 0.3, 500);
     faults.fail_share(Selector::new(Some(Verb::Patch), Some("machines/status")), 0.3, 409);
     faults.fail_share(Selector::new(Some(Verb::Patch), Some("nodes")), 0.3, 500);
     faults.fail_share(Selector::new(Some(Verb::Create), Some("secrets")), 0.3, 500);
-    let shared = env.dev.server.shared().clone();
+    let shared = env.embedded().shared().clone();
     let closer = tokio::spawn(async move {
         loop {
             tokio::time::sleep(Duration::from_millis(300)).await;

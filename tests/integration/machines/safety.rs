@@ -122,11 +122,12 @@ async fn a_machine_deletion_triggers_a_collection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_whose_machine_the_cache_has_not_seen_is_kept() {
+    needs_embedded_server!("watch latency injection and request counters");
     let env = Env::start(safety_options()).await;
     env.class("small", json!({})).await;
     wait_listings(&env, 2).await;
     // Hold the controllers' Machine watch: closed, and its re-watch answered only after a minute.
-    let server = &env.dev.server;
+    let server = env.embedded();
     server.faults().add_latency(Selector::new(Some(Verb::Watch), Some("machines")), Duration::from_secs(60));
     server.close_watches();
 
@@ -214,6 +215,7 @@ async fn nodes_without_a_machine_are_marked_unmanaged() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_api_server_freezes_machine_reconciles_until_it_answers() {
+    needs_embedded_server!("fault injection");
     let env = Env::start(safety_options()).await;
     env.class("small", json!({})).await;
     env.machine("steady", "small").await;
@@ -221,7 +223,7 @@ async fn an_unreachable_api_server_freezes_machine_reconciles_until_it_answers()
     assert_eq!(frozen_gauge(&env), 0);
 
     // The target cluster's probe (a GET of a Node) fails; the probe client does not retry.
-    let faults = env.dev.server.faults();
+    let faults = env.embedded().faults();
     faults.fail_share(Selector::new(Some(Verb::Get), Some("nodes")), 1.0, 503);
     wait_until("the machine controller to freeze", WAIT, || async { (frozen_gauge(&env) == 1).then_some(()) }).await;
     assert!(env.dev.controllers.as_ref().unwrap().frozen());

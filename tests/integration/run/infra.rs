@@ -46,6 +46,19 @@ async fn install_provider_crds(client: &kube::Client) {
         let crd: CustomResourceDefinition = serde_yaml::from_str(&repo_file(&file)).unwrap();
         api.create(&PostParams::default(), &crd).await.unwrap_or_else(|e| panic!("{file}: {e}"));
     }
+    // A real kube-apiserver serves a CRD's kind only once it is Established, a moment after the create.
+    wait_until("the CRDs to be established", WAIT, || async {
+        let crds = api.list(&Default::default()).await.ok()?.items;
+        crds.iter()
+            .all(|crd| {
+                crd.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|conditions| conditions.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+            })
+            .then_some(())
+    })
+    .await;
 }
 
 async fn create<K>(client: &kube::Client, object: Value)
@@ -143,7 +156,24 @@ fn allowed_by_rbac() -> BTreeSet<(String, String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
-    let (server, client) = crate::support::start().await;
+    // On the real kube-apiserver the process runs as the install's ServiceAccount and the real authorizer checks
+    // every request (crate::kube); on the embedded server, the request counters are compared with config/rbac.
+    let (server, kube, client) = if crate::kube::enabled() {
+        let cluster = crate::kube::KubeCluster::start_with(crate::kube::Roles::Shipped, false).await;
+        let client = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(
+                kube::config::Kubeconfig::from_yaml(&cluster.external.admin).unwrap(),
+                &Default::default(),
+            )
+            .await
+            .unwrap(),
+        )
+        .unwrap();
+        (None, Some(cluster), client)
+    } else {
+        let (server, client) = crate::support::start().await;
+        (Some(server), None, client)
+    };
     install_provider_crds(&client).await;
     let cloud = InMemoryCloud::with_seed(12);
     let (cloud_addr, cloud_server) =
@@ -163,9 +193,17 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
         .provider_id;
     let dir = TempDir::new("mcm-run-infra");
     let kubeconfig = dir.0.join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    // From here on, every request the API server counts is the process's.
-    server.faults().reset_counts();
+    match (&server, &kube) {
+        (Some(server), _) => {
+            server.write_kubeconfig(&kubeconfig).unwrap();
+            // From here on, every request the API server counts is the process's.
+            server.faults().reset_counts();
+        }
+        (None, Some(cluster)) => {
+            std::fs::write(&kubeconfig, cluster.external.infrastructure_controllers.as_ref().unwrap()).unwrap()
+        }
+        (None, None) => unreachable!(),
+    }
 
     // The install's arguments (config/manager/manager.yaml), with the leader election in the test namespace.
     let run = McmRun::spawn(
@@ -173,7 +211,14 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
         &kubeconfig,
         &format!("http://{cloud_addr}"),
         &dir.0,
-        &["--controllers=infrastructure", "--target-kubeconfig=none", "--leader-elect=true"],
+        &[
+            "--controllers=infrastructure",
+            "--target-kubeconfig=none",
+            "--leader-elect=true",
+            // The install's Lease lives in its own namespace, the only one its Role covers (the embedded server
+            // has no such namespace and no authorizer).
+            if kube.is_some() { "--leader-elect-resource-namespace=mcm-system" } else { "--leader-elect=true" },
+        ],
     );
     run.wait_line("leading: controllers started", WAIT).await;
     let readyz = run.readyz_url().await;
@@ -194,7 +239,8 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
 
     // Only what the install's RBAC allows (the test's own GETs of MCMMachines are allowed too).
     let allowed = allowed_by_rbac();
-    for ((verb, group, resource), count) in server.faults().request_counts_by_group() {
+    let counts = server.as_ref().map(|s| s.faults().request_counts_by_group()).unwrap_or_default();
+    for ((verb, group, resource), count) in counts {
         let key = (group.clone(), resource.clone(), verb.clone());
         assert!(allowed.contains(&key), "{count} {verb} of {group}/{resource}, which config/rbac does not allow");
     }
@@ -213,5 +259,10 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
     let mut run = run;
     assert!(run.wait_exit(WAIT).await, "a clean exit on SIGTERM");
     cloud_server.abort();
-    server.shutdown().await;
+    if let Some(server) = server {
+        server.shutdown().await;
+    }
+    if let Some(cluster) = kube {
+        cluster.assert_nothing_forbidden();
+    }
 }

@@ -46,7 +46,7 @@ impl RunEnv {
         env.class("small", json!({"bootSeconds": boot_seconds})).await;
         let dir = TempDir::new("mcm-run");
         let kubeconfig = dir.0.join("kubeconfig");
-        env.dev.server.write_kubeconfig(&kubeconfig).unwrap();
+        env.dev.server.write_kubeconfig_for(mcm::dev::Identity::MachineControllers, &kubeconfig).unwrap();
         let cloud_url = env.dev.cloud_url.clone().expect("mcm dev serves its cloud");
         RunEnv { env, kubeconfig, cloud_url, dir }
     }

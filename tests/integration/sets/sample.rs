@@ -4,7 +4,7 @@
 use kube::Api;
 use kube::api::ListParams;
 use mcm::api::mcm::{Machine, MachineDeployment};
-use mcm::dev::{DevEnvironment, DevOptions};
+use mcm::dev::DevOptions;
 
 use super::{WAIT, available, set_of};
 use crate::support::{Kubectl, TempDir, wait_until};
@@ -30,7 +30,7 @@ async fn the_dev_sample_reaches_3_running_machines_and_a_template_patch_rolls() 
         sample: true,
         ..Default::default()
     };
-    let env = DevEnvironment::start(&options, |_| {}).await.unwrap();
+    let (env, _kube) = crate::support::start_dev(options).await;
     let machines: Api<Machine> = Api::namespaced(env.client.clone(), "mcm-sample");
     let deployments: Api<MachineDeployment> = Api::namespaced(env.client.clone(), "mcm-sample");
     let first = wait_until("3 Running sample machines", WAIT, || running_in_one_set(&machines, &deployments)).await;

@@ -1,5 +1,10 @@
 //! `mcm dev`: a local control plane in one process — the embedded API server, our CRDs, the in-memory cloud with
-//! its kubelet simulator, and (as they land) the controllers — with a kubeconfig for kubectl.
+//! its kubelet simulator, and the controllers — with a kubeconfig for kubectl. The same environment can run against
+//! a cluster someone else runs ([`ControlPlane::External`]): the integration suite does so with a real kube-apiserver.
+
+mod control_plane;
+
+pub use control_plane::{ControlPlane, ExternalCluster, Identity};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +41,9 @@ pub struct DevOptions {
     pub controllers: ControllerOptions,
     /// How the CAPI infrastructure controllers (MCMMachine, MCMCluster, MCMMachineTemplate) run.
     pub infra: InfraOptions,
+    /// Run against this cluster instead of starting the embedded API server (`listen` and `data_dir` are then
+    /// unused).
+    pub external: Option<ExternalCluster>,
 }
 
 impl Default for DevOptions {
@@ -49,15 +57,16 @@ impl Default for DevOptions {
             sample: true,
             controllers: ControllerOptions { capi_core: true, ..ControllerOptions::default() },
             infra: InfraOptions::default(),
+            external: None,
         }
     }
 }
 
 /// The MCM sample `mcm dev` applies (namespace `mcm-sample`).
-pub const SAMPLE: &str = include_str!("../config/samples/inmemory-machinedeployment.yaml");
+pub const SAMPLE: &str = include_str!("../../config/samples/inmemory-machinedeployment.yaml");
 
 /// The Cluster API sample `mcm dev` applies (namespace `capi-sample`).
-pub const CAPI_SAMPLE: &str = include_str!("../config/samples/capi-inmemory.yaml");
+pub const CAPI_SAMPLE: &str = include_str!("../../config/samples/capi-inmemory.yaml");
 
 /// Applies a multi-document YAML manifest with server-side apply (field manager `mcm-dev`); returns what was
 /// applied, as `Kind namespace/name`.
@@ -158,12 +167,16 @@ pub async fn install_crds(client: &kube::Client) -> Result<usize, DevError> {
 /// The parts of a running `mcm dev`: the API server, the in-memory cloud, its kubelet, the drivers and a client.
 /// Tests start these in-process; the binary wraps them with progress lines and Ctrl-C.
 pub struct DevEnvironment {
-    /// The embedded API server (control and target cluster in one).
-    pub server: ApiServer,
-    /// A client for it.
+    /// The API server (control and target cluster in one): the embedded one unless `external` was given.
+    pub server: ControlPlane,
+    /// The administrator's client (the samples, the kubelet simulator, tests).
     pub client: kube::Client,
-    /// A client without kube-rs's automatic 429 retries, for drains.
-    pub drain_client: kube::Client,
+    /// The MCM-flavour controllers' client.
+    controllers_client: kube::Client,
+    /// Theirs without kube-rs's automatic 429 retries, for drains.
+    drain_client: kube::Client,
+    /// The infrastructure controllers' client.
+    infra_client: kube::Client,
     /// The in-memory cloud; VMs outlive controllers.
     pub cloud: InMemoryCloud,
     /// The drivers controllers use (`InMemory`).
@@ -190,17 +203,27 @@ impl DevEnvironment {
     /// Starts the API server and, unless `apiserver_only`, installs the CRDs, starts the in-memory cloud's kubelet
     /// and applies the sample; `progress` hears what is happening.
     pub async fn start(options: &DevOptions, progress: impl Fn(&str)) -> Result<Self, DevError> {
-        let listen = choose_listen(options.listen)?;
-        progress(&format!("starting the embedded API server on {listen}"));
-        let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
-        let server = ApiServer::start(config).await?;
+        let server = match &options.external {
+            Some(cluster) => {
+                progress(&format!("using the API server at {}", cluster.url));
+                ControlPlane::External(cluster.clone())
+            }
+            None => {
+                let listen = choose_listen(options.listen)?;
+                progress(&format!("starting the embedded API server on {listen}"));
+                let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
+                ControlPlane::Embedded(ApiServer::start(config).await?)
+            }
+        };
         server.write_kubeconfig(&options.kubeconfig_out)?;
-        if let Some(dir) = &options.data_dir {
+        if let Some(dir) = options.data_dir.as_ref().filter(|_| options.external.is_none()) {
             progress(&format!("state is kept in {}", dir.display()));
         }
-        let client = server.client().await?;
-        let drain_client = crate::drain::client_for_drain(server.kube_config().await?)
+        let client = server.client(Identity::Admin).await?;
+        let controllers_client = server.client(Identity::MachineControllers).await?;
+        let drain_client = crate::drain::client_for_drain(server.kube_config(Identity::MachineControllers).await?)
             .map_err(|e| DevError::Client(crate::apiserver::ClientError::Client(e)))?;
+        let infra_client = server.client(Identity::InfrastructureControllers).await?;
         let cloud = InMemoryCloud::new();
         let mut drivers = DriverRegistry::new();
         drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
@@ -209,7 +232,9 @@ impl DevEnvironment {
         let mut environment = DevEnvironment {
             server,
             client: client.clone(),
+            controllers_client,
             drain_client,
+            infra_client,
             cloud: cloud.clone(),
             drivers,
             kubelet: None,
@@ -267,12 +292,12 @@ impl DevEnvironment {
         Ok(environment)
     }
 
-    /// Starts the machine controllers (control and target cluster are both the embedded server), unless running.
+    /// Starts the machine controllers (control and target cluster are the same server), unless running.
     pub fn start_controllers(&mut self) {
         if self.controllers.is_none() {
             let clusters = Clusters {
-                control: self.client.clone(),
-                target: Some(self.client.clone()),
+                control: self.controllers_client.clone(),
+                target: Some(self.controllers_client.clone()),
                 drain: Some(self.drain_client.clone()),
                 // The drain client is this server without automatic retries, which the probe needs too.
                 probe: Some(ProbeClients { control: self.drain_client.clone(), target: self.drain_client.clone() }),
@@ -281,8 +306,11 @@ impl DevEnvironment {
                 Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));
         }
         if self.infra.is_none() {
-            self.infra =
-                Some(InfraControllers::start(self.client.clone(), self.drivers.clone(), self.infra_options.clone()));
+            self.infra = Some(InfraControllers::start(
+                self.infra_client.clone(),
+                self.drivers.clone(),
+                self.infra_options.clone(),
+            ));
         }
     }
 
