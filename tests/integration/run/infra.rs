@@ -205,21 +205,14 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
         (None, None) => unreachable!(),
     }
 
-    // The install's arguments (config/manager/manager.yaml), with the leader election in the test namespace.
-    let run = McmRun::spawn(
-        "infra",
-        &kubeconfig,
-        &format!("http://{cloud_addr}"),
-        &dir.0,
-        &[
-            "--controllers=infrastructure",
-            "--target-kubeconfig=none",
-            "--leader-elect=true",
-            // The install's Lease lives in its own namespace, the only one its Role covers (the embedded server
-            // has no such namespace and no authorizer).
-            if kube.is_some() { "--leader-elect-resource-namespace=mcm-system" } else { "--leader-elect=true" },
-        ],
-    );
+    // The install's arguments (config/manager/manager.yaml). The Lease is in the install's namespace on the real
+    // server, the only one its Role covers; the embedded server has no such namespace (nor an authorizer), so there
+    // it is in the test namespace.
+    let mut args = vec!["--controllers=infrastructure", "--target-kubeconfig=none", "--leader-elect=true"];
+    if kube.is_some() {
+        args.push("--leader-elect-resource-namespace=mcm-system");
+    }
+    let run = McmRun::spawn("infra", &kubeconfig, &format!("http://{cloud_addr}"), &dir.0, &args);
     run.wait_line("leading: controllers started", WAIT).await;
     let readyz = run.readyz_url().await;
     wait_until("/readyz to answer 200", WAIT, || async { (http_get(&readyz).await.0 == 200).then_some(()) }).await;
