@@ -1,6 +1,6 @@
 //! kubectl's imperative commands (`kubectl create <kind> ...`) with the real kubectl: they send protobuf bodies,
-//! which the server decodes for the kinds listed in docs/apiserver.md; and aggregated discovery, which kubectl
-//! reads when offered.
+//! which the server decodes for every built-in kind (docs/apiserver.md#protobuf); and aggregated discovery, which
+//! kubectl reads when offered.
 
 use serde_json::{Value, json};
 
@@ -34,7 +34,7 @@ fn client_metadata(object: &Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_create_namespace_secret_configmap_send_protobuf_and_each_field_is_stored() {
+async fn kubectl_create_sends_protobuf_for_every_kind_and_each_field_is_stored() {
     let (server, client) = start().await;
     let kubectl = Kubectl::new(&server);
 
@@ -81,18 +81,50 @@ async fn kubectl_create_namespace_secret_configmap_send_protobuf_and_each_field_
     assert_eq!(client_metadata(&map), json!({"name": "c", "namespace": "team"}));
     assert_eq!(map["data"], json!({"a": "1", "b": ""}), "an empty value is kept");
 
-    // Kinds whose protobuf is not decoded are refused with 415 and a way out, before anything is stored.
-    for args in [
-        &["create", "deployment", "web", "--image=nginx"][..],
-        &["create", "serviceaccount", "robot"][..],
-        &["create", "role", "reader", "--verb=get", "--resource=pods"][..],
-    ] {
-        let args: Vec<&str> = args.iter().chain(["-n", "team"].iter()).copied().collect();
-        let (ok, _, stderr) = kubectl.try_run(&args).await;
-        assert!(!ok && stderr.contains("does not decode protobuf") && stderr.contains("kubectl create -f"), "{stderr}");
-    }
-    let (status, _, _) = get(&client, "/apis/apps/v1/namespaces/team/deployments/web", "application/json").await;
-    assert_eq!(status, 404);
+    // Every other built-in kind goes through the same generic decoder.
+    in_team(&kubectl, &["create", "deployment", "web", "--image=nginx", "--replicas=2", "--port=80"]).await;
+    let web = stored(&client, "/apis/apps/v1/namespaces/team/deployments/web").await;
+    assert_eq!(client_metadata(&web), json!({"name": "web", "namespace": "team", "labels": {"app": "web"}}));
+    assert_eq!(web["spec"]["replicas"], 2);
+    assert_eq!(web["spec"]["selector"], json!({"matchLabels": {"app": "web"}}));
+    assert_eq!(web["spec"]["template"]["metadata"]["labels"], json!({"app": "web"}));
+    let containers = &web["spec"]["template"]["spec"]["containers"];
+    assert_eq!(containers.as_array().map(Vec::len), Some(1), "{containers}");
+    assert_eq!((containers[0]["name"].as_str(), containers[0]["image"].as_str()), (Some("nginx"), Some("nginx")));
+    // A non-pointer int without omitempty (containerPort) and an enum-like string (protocol) survive.
+    assert_eq!(containers[0]["ports"][0]["containerPort"], 80, "{containers}");
+
+    in_team(&kubectl, &["create", "serviceaccount", "robot"]).await;
+    let robot = stored(&client, "/api/v1/namespaces/team/serviceaccounts/robot").await;
+    assert_eq!(client_metadata(&robot), json!({"name": "robot", "namespace": "team"}));
+
+    in_team(&kubectl, &["create", "role", "reader", "--verb=get", "--verb=list", "--resource=pods"]).await;
+    let role = stored(&client, "/apis/rbac.authorization.k8s.io/v1/namespaces/team/roles/reader").await;
+    assert_eq!(role["rules"], json!([{"verbs": ["get", "list"], "apiGroups": [""], "resources": ["pods"]}]));
+
+    in_team(&kubectl, &["create", "rolebinding", "read", "--role=reader", "--serviceaccount=team:robot"]).await;
+    let binding = stored(&client, "/apis/rbac.authorization.k8s.io/v1/namespaces/team/rolebindings/read").await;
+    assert_eq!(binding["roleRef"], json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"}));
+    assert_eq!(binding["subjects"], json!([{"kind": "ServiceAccount", "name": "robot", "namespace": "team"}]));
+
+    // (`-n` before `--`, which starts the container's command.)
+    kubectl.run(&["create", "job", "once", "-n", "team", "--image=busybox", "--", "echo", "hi"]).await;
+    let job = stored(&client, "/apis/batch/v1/namespaces/team/jobs/once").await;
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["restartPolicy"], "Never");
+    assert_eq!(
+        (&pod["containers"][0]["image"], &pod["containers"][0]["command"]),
+        (&json!("busybox"), &json!(["echo", "hi"]))
+    );
+
+    kubectl.run(&["create", "priorityclass", "high", "--value=1000", "--description=important"]).await;
+    let class = stored(&client, "/apis/scheduling.k8s.io/v1/priorityclasses/high").await;
+    assert_eq!((&class["value"], &class["description"]), (&json!(1000), &json!("important")));
+    assert_eq!(class["preemptionPolicy"], "PreemptLowerPriority");
+
+    in_team(&kubectl, &["create", "quota", "q", "--hard=pods=10,requests.cpu=500m,requests.memory=1Gi"]).await;
+    let quota = stored(&client, "/api/v1/namespaces/team/resourcequotas/q").await;
+    assert_eq!(quota["spec"]["hard"], json!({"pods": "10", "requests.cpu": "500m", "requests.memory": "1Gi"}));
 
     // And what kubectl created, it deletes.
     kubectl.run(&["delete", "configmap", "c", "-n", "team"]).await;
