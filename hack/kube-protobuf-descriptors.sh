@@ -9,6 +9,7 @@
 #                      `x-kubernetes-*`) or writes even when zero (pointers, no `omitempty`); named slice types
 #                      (`type Verbs []string`), which Go writes as a plain list, are listed as `list` rows
 #   VERSIONS           the module versions used
+#   LICENSE            the modules' licence (Apache-2.0)
 #
 # Only needed when bumping Kubernetes; building and testing use the committed files.
 # Usage: hack/kube-protobuf-descriptors.sh   (needs go and protoc: apt-get install protobuf-compiler)
@@ -31,6 +32,7 @@ for module in api apimachinery apiextensions-apiserver kube-aggregator; do
   dirs+=("$dir")
   echo "k8s.io/$module $version" >>"$out/VERSIONS"
 done
+install -m 644 "${dirs[0]}/LICENSE" "$out/LICENSE"
 # Relative to the include root, as the imports name them; test-only API groups left out.
 mapfile -t protos < <(cd "$include" && find -L k8s.io -name generated.proto -not -path '*testapigroup*' | sort)
 protoc --proto_path="$include" --include_imports --descriptor_set_out="$out/descriptors.binpb" "${protos[@]}" 2>&1 \

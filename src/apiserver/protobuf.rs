@@ -191,14 +191,12 @@ fn descriptor(schema: &Schema, api_version: &str, kind: &str) -> Option<MessageD
     };
     [
         format!("k8s.io.api.{package}.{version}"),
-        format!("{EXTENSIONS}{version}"),
+        format!("k8s.io.apiextensions_apiserver.pkg.apis.{package}.{version}"),
         format!("k8s.io.kube_aggregator.pkg.apis.{package}.{version}"),
         META.to_string(),
     ]
     .iter()
-    .enumerate()
-    .filter(|(i, _)| *i != 1 || package == "apiextensions")
-    .find_map(|(_, package)| schema.pool.get_message_by_name(&format!("{package}.{kind}")))
+    .find_map(|package| schema.pool.get_message_by_name(&format!("{package}.{kind}")))
 }
 
 /// One decoding pass (the kind names errors).
