@@ -85,13 +85,14 @@ async fn label_annotate_patch_scale_wait_and_explain() {
     // A strategic merge patch on a built-in kind (kubectl's default patch type).
     let cm = kubectl.file("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings}\ndata: {a: \"1\"}\n");
     kubectl.run(&["apply", "-f", cm.to_str().unwrap()]).await;
-    // kubectl's imperative generators send protobuf: a ConfigMap's is decoded (its empty namespace is the
-    // request's), a Deployment's is refused with a message saying what to do instead.
+    // kubectl's imperative generators send protobuf, decoded for any built-in kind: a ConfigMap's (its empty
+    // namespace is the request's) and a Deployment's.
     kubectl.run(&["create", "configmap", "other", "--from-literal=a=1"]).await;
     let other: Value = serde_json::from_str(&kubectl.run(&["get", "cm", "other", "-o", "json"]).await).unwrap();
     assert_eq!((other["metadata"]["namespace"].clone(), other["data"].clone()), (json!("default"), json!({"a": "1"})));
-    let (ok, _, stderr) = kubectl.try_run(&["create", "deployment", "web", "--image=nginx"]).await;
-    assert!(!ok && stderr.contains("kubectl create -f"), "{stderr}");
+    kubectl.run(&["create", "deployment", "web", "--image=nginx"]).await;
+    let web: Value = serde_json::from_str(&kubectl.run(&["get", "deploy", "web", "-o", "json"]).await).unwrap();
+    assert_eq!(web["spec"]["template"]["spec"]["containers"][0]["image"], "nginx", "{web}");
     kubectl.run(&["patch", "configmap", "settings", "-p", r#"{"data":{"b":"2"}}"#]).await;
     let cm: Value = serde_json::from_str(&kubectl.run(&["get", "cm", "settings", "-o", "json"]).await).unwrap();
     assert_eq!(cm["data"], json!({"a": "1", "b": "2"}));
