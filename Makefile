@@ -9,7 +9,8 @@ PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.clus
 	infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
 	machine.sapcloud.io_machineclasses
 
-.PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools
+.PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
+	protobuf-descriptors
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
@@ -28,6 +29,9 @@ test-kube: upstream-tools ## Run the integration suite's lifecycle areas against
 
 upstream-tools: ## Build clusterctl, CAPI core's manager, kube-apiserver, kube-controller-manager and etcd (docs/testing.md)
 	hack/upstream-tools.sh
+
+protobuf-descriptors: ## Regenerate third_party/kubernetes-protobuf/ after a Kubernetes bump (needs go and protoc)
+	hack/kube-protobuf-descriptors.sh
 
 crds: ## Regenerate crds/ from the API types, and config/crd/bases from crds/ (tests fail when either drifts)
 	$(CARGO) run --quiet --no-default-features -- crds --output-dir crds

@@ -718,6 +718,23 @@ mod tests {
     }
 
     #[test]
+    fn the_descriptors_are_of_the_kubernetes_hack_kube_pins() {
+        // After a bump of hack/kube/go.mod, `make protobuf-descriptors` regenerates them.
+        let root = env!("CARGO_MANIFEST_DIR");
+        let go_mod = std::fs::read_to_string(format!("{root}/hack/kube/go.mod")).unwrap();
+        let versions = include_str!("../../third_party/kubernetes-protobuf/VERSIONS");
+        for line in versions.lines() {
+            let (module, version) = line.split_once(' ').unwrap();
+            let pinned = go_mod.lines().any(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                words.windows(2).any(|w| w == [module, version])
+            });
+            assert!(pinned, "hack/kube/go.mod does not pin {module} {version}: run `make protobuf-descriptors`");
+        }
+        assert_eq!(versions.lines().count(), 4);
+    }
+
+    #[test]
     fn unknown_kinds_and_garbage_are_refused() {
         for (api_version, kind) in [("example.com/v1", "Foo"), ("v1", "Nope"), ("apps.example.com/v1", "Deployment")] {
             let error = decode(&envelope(api_version, kind, Vec::new())).unwrap_err();
