@@ -126,6 +126,31 @@ async fn kubectl_create_sends_protobuf_for_every_kind_and_each_field_is_stored()
     let quota = stored(&client, "/api/v1/namespaces/team/resourcequotas/q").await;
     assert_eq!(quota["spec"]["hard"], json!({"pods": "10", "requests.cpu": "500m", "requests.memory": "1Gi"}));
 
+    // IntOrString in both forms, a schedule, an ingress rule's inlined `http` value.
+    in_team(&kubectl, &["create", "service", "clusterip", "web", "--tcp=80:8080"]).await;
+    let service = stored(&client, "/api/v1/namespaces/team/services/web").await;
+    assert_eq!(service["spec"]["type"], "ClusterIP");
+    assert_eq!(service["spec"]["selector"], json!({"app": "web"}));
+    let port = &service["spec"]["ports"][0];
+    assert_eq!((&port["port"], &port["targetPort"], &port["protocol"]), (&json!(80), &json!(8080), &json!("TCP")));
+
+    in_team(&kubectl, &["create", "poddisruptionbudget", "web", "--selector=app=web", "--min-available=50%"]).await;
+    let pdb = stored(&client, "/apis/policy/v1/namespaces/team/poddisruptionbudgets/web").await;
+    assert_eq!(pdb["spec"], json!({"minAvailable": "50%", "selector": {"matchLabels": {"app": "web"}}}));
+
+    in_team(&kubectl, &["create", "cronjob", "nightly", "--image=busybox", "--schedule=0 3 * * *"]).await;
+    let cron = stored(&client, "/apis/batch/v1/namespaces/team/cronjobs/nightly").await;
+    assert_eq!(cron["spec"]["schedule"], "0 3 * * *");
+    assert_eq!(cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"], "busybox");
+
+    in_team(&kubectl, &["create", "ingress", "web", "--rule=web.example/=web:80"]).await;
+    let ingress = stored(&client, "/apis/networking.k8s.io/v1/namespaces/team/ingresses/web").await;
+    assert_eq!(
+        ingress["spec"]["rules"],
+        json!([{"host": "web.example", "http": {"paths": [{"path": "/", "pathType": "Exact",
+            "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}])
+    );
+
     // And what kubectl created, it deletes.
     kubectl.run(&["delete", "configmap", "c", "-n", "team"]).await;
     let (status, _, _) = get(&client, "/api/v1/namespaces/team/configmaps/c", "application/json").await;
