@@ -122,3 +122,78 @@ async fn our_crds_are_structural_and_kubectl_explains_and_prints_them_alike() {
         pretty_assertions::assert_eq!(embedded, real, "the embedded server answers as kube-apiserver does");
     }
 }
+
+/// Every field the embedded server stored is stored alike by kube-apiserver (which also fills in its defaults, so
+/// the real object may have more).
+fn assert_stored_alike(embedded: &serde_json::Value, real: &serde_json::Value, path: &str) {
+    match (embedded, real) {
+        (serde_json::Value::Object(e), serde_json::Value::Object(r)) => {
+            for (key, value) in e {
+                let real =
+                    r.get(key).unwrap_or_else(|| panic!("{path}.{key}: only the embedded server stored {value}"));
+                assert_stored_alike(value, real, &format!("{path}.{key}"));
+            }
+        }
+        (serde_json::Value::Array(e), serde_json::Value::Array(r)) => {
+            assert_eq!(e.len(), r.len(), "{path}: {embedded} vs {real}");
+            for (i, (e, r)) in e.iter().zip(r).enumerate() {
+                assert_stored_alike(e, r, &format!("{path}[{i}]"));
+            }
+        }
+        _ => assert_eq!(embedded, real, "{path}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_that_both_servers_store_alike() {
+    let Some(both) = Both::start("kubectl_create_sends_protobuf_that_both_servers_store_alike").await else {
+        return;
+    };
+    let commands: [&[&str]; 8] = [
+        &["create", "deployment", "web", "--image=nginx:1.27", "--replicas=2", "--port=80"],
+        &["create", "serviceaccount", "robot"],
+        &["create", "role", "reader", "--verb=get,list", "--resource=pods,configmaps"],
+        &["create", "job", "once", "--image=busybox", "--", "echo", "hi"],
+        &["create", "secret", "generic", "s", "--from-literal=k=v", "--from-literal=empty="],
+        &["create", "configmap", "c", "--from-literal=a=1"],
+        &["create", "service", "clusterip", "web", "--tcp=80:8080"],
+        &["create", "poddisruptionbudget", "web", "--selector=app=web", "--min-available=50%"],
+    ];
+    let kinds = [
+        "deployment/web",
+        "serviceaccount/robot",
+        "role/reader",
+        "job/once",
+        "secret/s",
+        "configmap/c",
+        "service/web",
+        "pdb/web",
+    ];
+    let mut stored: Vec<Vec<serde_json::Value>> = Vec::new();
+    for kubectl in &both.kubectl {
+        for args in commands {
+            kubectl.run(args).await;
+        }
+        let mut objects = Vec::new();
+        for kind in kinds {
+            let mut object: serde_json::Value =
+                serde_json::from_str(&kubectl.run(&["get", kind, "-o", "json"]).await).unwrap();
+            // What each server makes up itself.
+            for generated in ["uid", "resourceVersion", "creationTimestamp", "managedFields", "generation"] {
+                object["metadata"].as_object_mut().unwrap().remove(generated);
+            }
+            object.as_object_mut().unwrap().remove("status");
+            // The real server assigns cluster IPs; the embedded one does not.
+            if kind.starts_with("service/") {
+                for field in ["clusterIP", "clusterIPs"] {
+                    object["spec"].as_object_mut().unwrap().remove(field);
+                }
+            }
+            objects.push(object);
+        }
+        stored.push(objects);
+    }
+    for ((embedded, real), kind) in stored[0].iter().zip(&stored[1]).zip(kinds) {
+        assert_stored_alike(embedded, real, kind);
+    }
+}
