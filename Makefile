@@ -22,7 +22,7 @@ test: upstream-tools ## Run every test: unit, integration and doc tests (with up
 	$(CARGO) test
 
 # The areas `make test-kube` runs against the real kube-apiserver (docs/testing.md says why these).
-KUBE_SUITE ?= machines:: sets:: drain:: run:: infra:: migrate:: capi:: dev:: apiserver::backends::
+KUBE_SUITE ?= machines:: sets:: run:: infra:: migrate:: capi:: apiserver::backends::
 
 test-kube: upstream-tools ## Run the integration suite's lifecycle areas against a real kube-apiserver, etcd and RBAC
 	MCM_TEST_APISERVER=kube $(CARGO) test --test integration -- $(KUBE_SUITE)
