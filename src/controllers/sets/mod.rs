@@ -1,5 +1,5 @@
 //! MCM's machine-controller-manager side: the MachineSet controller, the MachineDeployment controller and the
-//! overshoot freeze (`docs/machine-lifecycle.md`. The decisions are `lifecycle`'s
+//! overshoot freeze (`docs/machine-lifecycle.md`). The decisions are `lifecycle`'s
 //! (`machine_set`, `machine_deployment`, `deletion_order`, `freeze`, `claim`); this module observes, calls them and
 //! applies their plans.
 //!

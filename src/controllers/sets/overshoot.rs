@@ -1,4 +1,4 @@
-//! The overshoot freeze (`docs/machine-lifecycle.md` (c)): a sweep over every MachineSet and MachineDeployment,
+//! The overshoot freeze (`docs/machine-lifecycle.md`): a sweep over every MachineSet and MachineDeployment,
 //! every `--machine-safety-overshooting-period` and whenever a Machine appears, that freezes a set owning far more
 //! machines than it should (it then creates none) and unfreezes it once the count is back, as
 //! `lifecycle::freeze::plan_freeze_sweep` decides.

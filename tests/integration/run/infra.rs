@@ -160,15 +160,7 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
     // every request (crate::kube); on the embedded server, the request counters are compared with config/rbac.
     let (server, kube, client) = if crate::kube::enabled() {
         let cluster = crate::kube::KubeCluster::start_with(crate::kube::Roles::Shipped, false).await;
-        let client = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(
-                kube::config::Kubeconfig::from_yaml(&cluster.external.admin).unwrap(),
-                &Default::default(),
-            )
-            .await
-            .unwrap(),
-        )
-        .unwrap();
+        let client = cluster.admin_client().await;
         (None, Some(cluster), client)
     } else {
         let (server, client) = crate::support::start().await;
