@@ -1,7 +1,7 @@
 //! The one integration-test binary (every extra binary relinks every dependency): one module per area.
 
 // Test helpers outside `#[test]` functions may panic: a panic is a test failure.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 /// Skips the calling test under `MCM_TEST_APISERVER=kube` (saying so) when it needs what only the embedded API
 /// server offers: fault injection, request counters, closing watches, its process-local state.
