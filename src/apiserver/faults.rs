@@ -143,6 +143,8 @@ struct RequestLabels {
 pub struct Faults {
     failures: Mutex<Vec<Failure>>,
     latencies: Mutex<Vec<(Selector, Duration)>>,
+    /// Resources (plural) whose watches deliver each event late, by this much.
+    watch_lags: Mutex<Vec<(String, Duration)>>,
     requests: Family<RequestLabels, Counter>,
     counts: Mutex<BTreeMap<(String, String), u64>>,
     by_group: Mutex<BTreeMap<(String, String, String), u64>>,
@@ -160,6 +162,7 @@ impl Default for Faults {
         Faults {
             failures: Mutex::new(Vec::new()),
             latencies: Mutex::new(Vec::new()),
+            watch_lags: Mutex::new(Vec::new()),
             requests,
             counts: Mutex::new(BTreeMap::new()),
             by_group: Mutex::new(BTreeMap::new()),
@@ -204,10 +207,22 @@ impl Faults {
         lock(&self.latencies).push((selector, delay));
     }
 
-    /// Removes every injected fault and latency.
+    /// Watches of `resource` (plural, e.g. `machines`) deliver every event `delay` late: a lagging watch, whose
+    /// client's cache shows other kinds' changes before this one's (what a busy real server does at times).
+    pub fn lag_watches(&self, resource: &str, delay: Duration) {
+        lock(&self.watch_lags).push((resource.to_string(), delay));
+    }
+
+    /// How late watches of `resource` deliver their events.
+    pub fn watch_lag(&self, resource: &str) -> Duration {
+        lock(&self.watch_lags).iter().filter(|(r, _)| r == resource).map(|(_, d)| *d).max().unwrap_or_default()
+    }
+
+    /// Removes every injected fault, latency and watch lag.
     pub fn clear(&self) {
         lock(&self.failures).clear();
         lock(&self.latencies).clear();
+        lock(&self.watch_lags).clear();
     }
 
     /// The injected delay and failure for a request, if any (consumes one of a "next N" failure).

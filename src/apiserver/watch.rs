@@ -229,6 +229,10 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
                 received = start.rx.recv() => match received {
                     Ok(event) => {
                         start.cursor = start.cursor.max(event.rv);
+                        let lag = shared.faults.watch_lag(&filter.gr.resource);
+                        if !lag.is_zero() && filter.event_type(&event).is_some() {
+                            tokio::time::sleep(lag).await;
+                        }
                         if let Some(kind) = filter.event_type(&event)
                             && tx.send(Ok(filter.encode(kind, Some(&event), &event.object))).await.is_err()
                         {

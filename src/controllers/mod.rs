@@ -25,6 +25,7 @@ mod infra;
 mod machine;
 mod machine_class;
 mod metrics;
+mod replicas;
 mod safety;
 mod sets;
 mod tasks;

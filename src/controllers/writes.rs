@@ -18,7 +18,8 @@ use crate::lifecycle::status::StatusPatch;
 /// The field manager of every write.
 pub(crate) const MANAGER: &str = "mcm-machine-controller";
 
-fn params() -> PatchParams {
+/// Patch parameters with our field manager.
+pub(crate) fn patch_params() -> PatchParams {
     PatchParams { field_manager: Some(MANAGER.to_string()), ..Default::default() }
 }
 
@@ -35,7 +36,7 @@ pub(crate) async fn status(api: &Api<Machine>, machine: &Machine, patch: &Status
     if patch.is_empty() {
         return Ok(());
     }
-    api.patch_status(&machine.name_any(), &params(), &Patch::Merge(patch.to_merge_patch()))
+    api.patch_status(&machine.name_any(), &patch_params(), &Patch::Merge(patch.to_merge_patch()))
         .await
         .map(|_| ())
         .map_err(|e| Error::kube("patch status of", describe(machine), e))
@@ -46,7 +47,7 @@ pub(crate) async fn merge<K>(api: &Api<K>, object: &K, patch: &Value, action: &'
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    api.patch(&object.name_any(), &params(), &Patch::Merge(patch))
+    api.patch(&object.name_any(), &patch_params(), &Patch::Merge(patch))
         .await
         .map_err(|e| Error::kube(action, describe(object), e))
 }
@@ -102,10 +103,19 @@ async fn json_patch<K>(api: &Api<K>, object: &K, ops: Vec<PatchOperation>, actio
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    match api.patch(&object.name_any(), &params(), &Patch::Json::<()>(json_patch::Patch(ops))).await {
+    match api.patch(&object.name_any(), &patch_params(), &Patch::Json::<()>(json_patch::Patch(ops))).await {
         Ok(_) => Ok(()),
         // Deleted meanwhile: nothing left to hold or release.
         Err(e) if super::error::is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::kube(action, describe(object), e)),
     }
+}
+
+/// `patch` with `metadata.resourceVersion` set: a precondition on the write.
+pub(crate) fn guarded(mut patch: Value, resource_version: Option<String>) -> Value {
+    if let Some(map) = patch.as_object_mut() {
+        let meta = map.entry("metadata").or_insert_with(|| serde_json::json!({}));
+        meta["resourceVersion"] = serde_json::json!(resource_version);
+    }
+    patch
 }

@@ -13,12 +13,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::CapiContext;
-use super::machine_set::params;
 use crate::api::capi::Cluster;
 use crate::api::infra::MCMCluster;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::controllers::writes;
+use crate::controllers::writes::patch_params as params;
 use crate::lifecycle::capi_cluster::{ClusterObservation, infra_name, paused, plan_cluster, replica_counters};
 use crate::lifecycle::status_patch;
 

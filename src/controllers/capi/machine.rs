@@ -16,12 +16,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::CapiContext;
-use super::machine_set::params;
 use crate::api::capi::{Machine, MachineStatus};
 use crate::api::infra::MCMMachine;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes;
+use crate::controllers::writes::patch_params as params;
 use crate::drain::{self, DrainError, DrainOptions};
 use crate::lifecycle::capi_machine::{
     DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step, infra_adoption,

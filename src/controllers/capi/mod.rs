@@ -15,7 +15,9 @@
 //! The controllers refuse to start when upstream CAPI core's finalizers are found on the objects (both would act on
 //! them).
 
+mod clones;
 mod cluster;
+mod flavour;
 mod machine;
 mod machine_deployment;
 mod machine_set;
@@ -46,9 +48,6 @@ use crate::lifecycle::capi_cluster::paused_message;
 use crate::lifecycle::capi_machine::{condition_with_status, merge_conditions};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
-
-/// Read-your-writes for the CAPI flavour's reconciles (see `sets::settle`).
-type Written = super::sets::settle::Written<Machine, MachineSet, MachineDeployment>;
 
 /// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
 pub const UPSTREAM_CORE_FINALIZERS: [&str; 4] = [
@@ -91,7 +90,7 @@ where
     merge_conditions(&mut all, vec![paused]);
     let api: kube::Api<K> = kube::Api::namespaced(ctx.control.clone(), &namespace);
     let patch = serde_json::json!({"status": {"conditions": all}});
-    api.patch_status(&object.name_any(), &machine_set::params(), &kube::api::Patch::Merge(&patch))
+    api.patch_status(&object.name_any(), &super::writes::patch_params(), &kube::api::Patch::Merge(&patch))
         .await
         .map_err(|e| super::Error::kube("mark paused", format!("{kind} {namespace}/{}", object.name_any()), e))?;
     tracing::info!(kind, object = %object.name_any(), namespace, %message, "paused");

@@ -9,16 +9,16 @@
 //! - Two kube-runtime `Controller`s: a set is reconciled on its own changes and on its machines' (an orphan's
 //!   change reaches every set whose selector matches it); a deployment on its own changes, its sets', and the
 //!   changes of its machines and their Nodes that its decisions read.
-//! - Read-your-writes ([`settle`]): a reconcile waits until the shared stores show what it wrote before it ends,
+//! - Read-your-writes (`controllers::replicas::settle`): a reconcile waits until the shared stores show what it wrote before it ends,
 //!   so the next reconcile of the object (kube-runtime never runs two at once) never acts on a stale view — the
 //!   expectations MCM records but never checks.
 //! - The overshoot sweep ([`overshoot`]) is a task: every `--machine-safety-overshooting-period` and whenever a
 //!   Machine appears.
 
-pub(crate) mod machine_deployment;
+mod flavour;
+mod machine_deployment;
 mod machine_set;
 mod overshoot;
-pub(crate) mod settle;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -18,8 +18,6 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::SetsContext;
-use super::machine_set::params;
-use super::settle::Written;
 use crate::api::mcm::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
     MachineSet, MachineSetConditionType,
@@ -27,7 +25,9 @@ use crate::api::mcm::{
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict};
 use crate::controllers::informer::Notice;
+use crate::controllers::replicas::settle::Written;
 use crate::controllers::writes;
+use crate::controllers::writes::patch_params as params;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::freeze::{
     FROZE_MACHINE_SET, FreezeAction, SetFreezeFacts, UNFREEZE, UNFROZE_MACHINE_SET, count_machines,
@@ -124,7 +124,7 @@ async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
     }
     // The next sweep (often a few milliseconds later, on the next Machine) must see these writes, or it would
     // find a deployment it just froze unfrozen and freeze it again under another reason.
-    written.settle(&ctx.base.machines, &ctx.sets, &ctx.deployments, "overshoot sweep").await;
+    crate::controllers::replicas::settle(&*ctx, written, "overshoot sweep").await;
     failure.map_or(Ok(()), Err)
 }
 

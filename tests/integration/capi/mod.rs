@@ -4,6 +4,7 @@
 //! contract says (`spec.providerID`, `status.initialization.provisioned`, a `Ready` condition) and registers a
 //! Ready Node carrying the providerID, as a kubelet would.
 
+mod autoscaler;
 mod deletion;
 mod membership;
 mod pause;

@@ -1,0 +1,194 @@
+//! The executors of the MachineDeployment and MachineSet plans, shared by both API flavours.
+//!
+//! `lifecycle::machine_deployment::plan` and `lifecycle::machine_set` decide over MCM's types (the hub). A
+//! controller of either flavour observes its objects, and [`deployment::run`] or [`set::run`] claims the owned
+//! objects, asks the decision and carries the plan out. What differs between `machine.sapcloud.io` and
+//! `cluster.x-k8s.io` is behind [`Flavour`]: which objects are read and written, how they convert to the hub and
+//! back, and the few writes whose shape the flavour's API decides (status, owner references, a new object).
+//! A fix to how a plan is carried out is made here once.
+
+pub(crate) mod deployment;
+pub(crate) mod set;
+pub(crate) mod settle;
+
+pub(crate) use deployment::WrittenBy;
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::runtime::events::Recorder;
+use kube::runtime::reflector::{Lookup, Store};
+use kube::{Api, Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::Error;
+use crate::api::mcm;
+use crate::lifecycle::MachineConfig;
+use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
+use crate::lifecycle::machine_deployment::validation::ValidationError;
+use crate::lifecycle::machine_set::status::ReplicaFailure;
+
+/// What the executors need of a stored object.
+pub(crate) trait Object:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Lookup<DynamicType = ()>
+    + Clone
+    + Serialize
+    + DeserializeOwned
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<T> Object for T where
+    T: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Lookup<DynamicType = ()>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The seam between the shared executors and an API flavour: its objects, their stores and clients, the
+/// conversion to and from the hub, and the writes whose shape is the flavour's.
+pub(crate) trait Flavour: Send + Sync {
+    /// The flavour's Machine.
+    type Machine: Object;
+    /// The flavour's MachineSet.
+    type Set: Object;
+    /// The flavour's MachineDeployment.
+    type Deployment: Object;
+    /// What creating machines needs once per pass (the CAPI flavour's infrastructure template).
+    type CreateContext: Send + Sync;
+
+    /// The finalizer the MachineDeployment controller holds.
+    const DEPLOYMENT_FINALIZER: &'static str;
+    /// The finalizer the MachineSet controller holds.
+    const SET_FINALIZER: &'static str;
+
+    /// The control cluster.
+    fn control(&self) -> &Client;
+    /// The target cluster (Nodes), if any.
+    fn target(&self) -> Option<&Client>;
+    /// The machine controller's configuration (resync period).
+    fn config(&self) -> &MachineConfig;
+    /// The MachineDeployment decisions' options.
+    fn deployment_options(&self) -> DeploymentOptions;
+    /// Machines.
+    fn machines(&self) -> &Store<Self::Machine>;
+    /// MachineSets.
+    fn sets(&self) -> &Store<Self::Set>;
+    /// MachineDeployments.
+    fn deployments(&self) -> &Store<Self::Deployment>;
+    /// The Node `name` from the store.
+    fn node(&self, name: &str) -> Option<Arc<Node>>;
+    /// Events of the MachineSet controller.
+    fn set_events(&self) -> &Recorder;
+    /// Events of the MachineDeployment controller.
+    fn deployment_events(&self) -> &Recorder;
+
+    /// The controller reference to an owner of `kind` in this flavour's group.
+    fn controller_ref(kind: &str, owner: &ObjectMeta) -> OwnerReference;
+    /// A set's selector.
+    fn set_selector(set: &Self::Set) -> Cow<'_, LabelSelector>;
+    /// A deployment's selector.
+    fn deployment_selector(d: &Self::Deployment) -> Cow<'_, LabelSelector>;
+
+    /// A deployment as the hub sees it (the flavour's defaults applied).
+    fn deployment_to_hub(d: &Self::Deployment) -> Cow<'_, mcm::MachineDeployment>;
+    /// A set as the hub sees it.
+    fn set_to_hub(set: &Self::Set) -> Cow<'_, mcm::MachineSet>;
+    /// A machine as the hub sees it.
+    fn machine_to_hub<'a>(&self, machine: &'a Self::Machine) -> Cow<'a, mcm::Machine>;
+    /// The Node's preserve annotation for a machine (MCM's: it wins over the machine's own).
+    fn node_preserve(&self, machine: &mcm::Machine) -> Option<String>;
+
+    /// The flavour's patch for a merge patch of the hub deployment `hub` (`None`: nothing to write).
+    fn deployment_patch(hub: &mcm::MachineDeployment, patch: &Value) -> Option<Value>;
+    /// The flavour's patch of `set` for a merge patch of its hub view (`None`: nothing to write).
+    fn set_patch(set: &Self::Set, hub: &mcm::MachineSet, patch: &Value) -> Option<Value>;
+    /// The flavour's patch of a machine for a merge patch of its hub view (`None`: the flavour does not hold what
+    /// the patch changes).
+    fn machine_patch(patch: &Value) -> Option<Value>;
+    /// The set to create for a new hub set of `d`.
+    fn new_set(d: &Self::Deployment, hub: &mcm::MachineSet) -> Self::Set;
+
+    /// A plan found the deployment invalid: say so on it.
+    fn report_invalid(
+        &self,
+        d: &Self::Deployment,
+        errors: &[ValidationError],
+        now: Timestamp,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+    /// A new set's name collided with a foreign set: record it; returns when to look again.
+    fn record_collision(
+        &self,
+        d: &Self::Deployment,
+        name: &str,
+        collision_count: i32,
+    ) -> impl Future<Output = Result<Option<Self::Deployment>, Error>> + Send;
+    /// Creating the new set failed with `error`: record it on the deployment.
+    fn record_create_failed(
+        &self,
+        d: &Self::Deployment,
+        name: &str,
+        error: &str,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Option<Self::Deployment>, Error>> + Send;
+    /// Writes the deployment's status from the plan's hub status (`None`: the plan left it) and its machines.
+    fn write_deployment_status(
+        &self,
+        d: &Self::Deployment,
+        hub: &mcm::MachineDeployment,
+        status: Option<&mcm::MachineDeploymentStatus>,
+        machines: &[Self::Machine],
+    ) -> impl Future<Output = Result<Option<Self::Deployment>, Error>> + Send;
+
+    /// Before the set's plan: repairs a pass cut short (the CAPI flavour's missing infrastructure clones).
+    fn before_plan(&self, set: &Self::Set, machines: &[Self::Machine]) -> impl Future<Output = ()> + Send;
+    /// What creating machines of `set` needs this pass; `Err`: no machine can be created (the message).
+    fn create_context(&self, set: &Self::Set) -> impl Future<Output = Result<Self::CreateContext, String>> + Send;
+    /// Creates one machine of `set`.
+    fn create_machine(
+        &self,
+        api: &Api<Self::Machine>,
+        set: &Self::Set,
+        hub: &mcm::MachineSet,
+        context: &Self::CreateContext,
+    ) -> impl Future<Output = Result<Self::Machine, String>> + Send;
+    /// Deletes one machine; returns it as it is afterwards (`None`: gone at once).
+    fn delete_machine(
+        &self,
+        api: &Api<Self::Machine>,
+        machine: &Self::Machine,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Option<Self::Machine>, kube::Error>> + Send;
+    /// Writes the set's status from its machines and the pass's failure.
+    fn write_set_status(
+        &self,
+        set: &Self::Set,
+        hub: &mcm::MachineSet,
+        machines: &[Self::Machine],
+        failure: Option<&ReplicaFailure>,
+        now: Timestamp,
+    ) -> impl Future<Output = Result<Option<Self::Set>, Error>> + Send;
+}
+
+/// Waits until the flavour's stores show every write of a pass (see [`settle::Written::settle`]).
+pub(crate) async fn settle<F: Flavour>(f: &F, written: WrittenBy<F>, what: &str) {
+    written.settle(f.machines(), f.sets(), f.deployments(), what).await;
+}
