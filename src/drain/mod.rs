@@ -22,7 +22,7 @@ pub mod plan;
 pub use force::{ForceReason, should_force};
 
 /// How to drain one node.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DrainOptions {
     /// The node.
     pub node: String,

@@ -5,6 +5,10 @@
 //! The controller runs the flow in one reconcile: status first (so a restart never creates twice), then create or
 //! initialize by the answer, then the Machine's labels and providerID, then the Pending (or Available) status.
 
+mod flow;
+
+pub use flow::{CreateAction, CreateObservation, CreateProgress, Finish, Vm, next};
+
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeAddress;
 use serde_json::{Map, Value, json};
@@ -77,7 +81,8 @@ pub enum AfterStatus {
     Adopt(MachineStatusResponse),
     /// No VM: create one.
     Create,
-    /// No VM found, but the machine has a `node` label: MCM trusts the label and providerID it has.
+    /// No VM found, but the machine names one (its providerID or `node` label): trusted, never given a second VM
+    /// (AWS answers NotFound for a while after a launch; a machine adopted by hand or moved names its VM).
     TrustExisting,
     /// The VM exists but awaits `initialize_machine`.
     Initialize,
@@ -90,7 +95,7 @@ pub fn after_status(result: Result<MachineStatusResponse, DriverError>, machine:
     match result {
         Ok(found) => AfterStatus::Adopt(found),
         Err(e) if matches!(e.code, Code::NotFound | Code::Unimplemented) => {
-            if node_label(machine).is_some() {
+            if node_label(machine).is_some() || provider_id(machine).is_some() {
                 AfterStatus::TrustExisting
             } else {
                 AfterStatus::Create
@@ -297,11 +302,13 @@ mod tests {
         let found = MachineStatusResponse { provider_id: "p".into(), node_name: "m1".into(), addresses: vec![] };
         let fresh = machine(None, None, None);
         let labelled = machine(Some(MachinePhase::Pending), Some("p"), Some("m1"));
+        let named = machine(None, Some("p"), None);
         let cases = [
             ("found", Ok(found.clone()), &fresh, AfterStatus::Adopt(found)),
             ("not found", Err(err(Code::NotFound)), &fresh, AfterStatus::Create),
             ("unimplemented", Err(err(Code::Unimplemented)), &fresh, AfterStatus::Create),
             ("not found but labelled", Err(err(Code::NotFound)), &labelled, AfterStatus::TrustExisting),
+            ("not found, a providerID only", Err(err(Code::NotFound)), &named, AfterStatus::TrustExisting),
             ("uninitialized", Err(err(Code::Uninitialized)), &fresh, AfterStatus::Initialize),
             ("invalid", Err(err(Code::InvalidArgument)), &fresh, AfterStatus::Failed(err(Code::InvalidArgument))),
             ("unavailable", Err(err(Code::Unavailable)), &fresh, AfterStatus::Failed(err(Code::Unavailable))),

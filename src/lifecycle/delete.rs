@@ -6,6 +6,10 @@
 //! writes the description naming the next step; `currentStatus` is left alone (MCM's design: its clock keeps
 //! running).
 
+mod flow;
+
+pub use flow::{Advance, DeleteAction, DeleteAnswer, DeleteObservation, next};
+
 use std::time::Duration;
 
 use jiff::Timestamp;

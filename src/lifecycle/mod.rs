@@ -3,7 +3,8 @@
 //! no clock, no randomness in here; the controllers in [`crate::controllers`] observe and act.
 //!
 //! - [`config`]: MCM's flags and per-machine overrides; [`retry`]: back-off per driver error code.
-//! - [`create`]: the create flow; [`health`]: join, health and the timeouts; [`replacement`]: meltdown protection.
+//! - [`create`]: the create flow, a state machine ([`create::next`]); [`health`]: join, health and the timeouts;
+//!   [`replacement`]: meltdown protection; [`requeue`]: when a machine flow looks again.
 //! - [`delete`]: the deletion flow keyed on MCM's `lastOperation.description` steps.
 //! - [`node_sync`]: the node template's three-way merge onto the Node.
 //! - [`class`]: MachineClass and Secret finalizers, node template validation.
@@ -38,6 +39,7 @@ pub mod node_sync;
 mod object_meta;
 pub(crate) use object_meta::merge_patch_of;
 pub mod replacement;
+pub mod requeue;
 pub mod retry;
 pub mod safety;
 pub mod status;
