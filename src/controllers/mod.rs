@@ -19,6 +19,7 @@
 
 mod capi;
 mod context;
+mod driver_request;
 mod error;
 mod informer;
 mod infra;
@@ -26,10 +27,12 @@ mod machine;
 mod machine_class;
 mod metrics;
 mod replicas;
+mod requeue;
 mod safety;
 mod sets;
 mod tasks;
 mod termination;
+mod vm;
 mod writes;
 
 use std::collections::HashMap;

@@ -30,9 +30,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::context::{Context, key_of};
+use super::driver_request::{class_info, class_secrets};
 use super::error::Error;
 use super::informer::{Changed, Notice};
-use super::machine::{class_info, class_secrets, write_status};
 use super::tasks::on_stop;
 use super::{ProbeClients, writes};
 use crate::api::infra::MCMMachine;
@@ -224,7 +224,10 @@ impl Safety {
                 return ControlFlow::Continue(());
             }
         };
-        let request = ListMachinesRequest { class: class_info(class), secret: class_secrets(&self.ctx, class) };
+        let request = ListMachinesRequest {
+            class: class_info(class),
+            secret: class_secrets(class, &|ns, name| self.ctx.secret(ns, name)),
+        };
         let Some(first) = self.list(class, &*driver, &request).await else { return ControlFlow::Continue(()) };
         let suspects: Vec<Orphan> = safety::suspects(&first, &self.cached_claims(Vec::new()))
             .into_iter()
@@ -452,7 +455,7 @@ impl Safety {
             {
                 continue;
             }
-            write_status(&self.ctx, &api, &machine, safety::health_timeout_reset(now)).await?;
+            writes::machine_status(&self.ctx, &api, &machine, safety::health_timeout_reset(now)).await?;
             tracing::info!(machine = %key, "reset the health timeout of an Unknown machine after the API-server outage");
             reset += 1;
         }

@@ -11,9 +11,10 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::context::{Context, key_of};
 use super::error::Error;
 use crate::api::mcm::Machine;
-use crate::lifecycle::status::StatusPatch;
+use crate::lifecycle::status::{self, StatusPatch};
 
 /// The field manager of every write.
 pub(crate) const MANAGER: &str = "mcm-machine-controller";
@@ -40,6 +41,25 @@ pub(crate) async fn status(api: &Api<Machine>, machine: &Machine, patch: &Status
         .await
         .map(|_| ())
         .map_err(|e| Error::kube("patch status of", describe(machine), e))
+}
+
+/// Writes the part of `patch` that changes `machine`'s status, with an event for a phase change.
+pub(crate) async fn machine_status(
+    ctx: &Context,
+    api: &Api<Machine>,
+    machine: &Machine,
+    patch: StatusPatch,
+) -> Result<(), Error> {
+    let patch = patch.minimize(machine.status.as_ref());
+    if patch.is_empty() {
+        return Ok(());
+    }
+    self::status(api, machine, &patch).await?;
+    if let Some(event) = status::phase_event(status::phase(machine), &patch) {
+        tracing::info!(machine = %key_of(machine), phase = %event.reason, "{}", event.note);
+        ctx.publish(machine, event).await;
+    }
+    Ok(())
 }
 
 /// A merge patch of the object's main resource.

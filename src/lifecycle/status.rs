@@ -136,6 +136,13 @@ impl StatusPatch {
         self
     }
 
+    /// `machine` with this patch applied to its status.
+    pub fn applied(&self, machine: &Machine) -> Machine {
+        let mut next = machine.clone();
+        self.apply_to(next.status.get_or_insert_with(Default::default));
+        next
+    }
+
     /// Writes the patch into `status` (to decide the next step without waiting for the watch).
     pub fn apply_to(&self, status: &mut MachineStatus) {
         if let Some(new) = &self.current_status {

@@ -15,6 +15,7 @@ mod cluster;
 mod machine;
 mod orphans;
 mod template;
+mod vm;
 
 use std::sync::Arc;
 use std::time::Duration;

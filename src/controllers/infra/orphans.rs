@@ -20,15 +20,15 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::InfraContext;
 use crate::api::capi::{self, Cluster};
 use crate::api::infra::MCMMachine;
-use crate::api::mcm::{Machine, MachineClass};
+use crate::api::mcm::Machine;
 use crate::controllers::context::key_of;
+use crate::controllers::driver_request::mcm_machine_class;
 use crate::controllers::informer::Notice;
 use crate::controllers::safety::schedule_orphan_collections;
 use crate::convert::machine::to_hub;
 use crate::lifecycle::infra::{self, ClassUser};
 use crate::lifecycle::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::safety::{self, Claimant, Claims, Orphan, SafetyConfig};
-use crate::lifecycle::userdata::merge_secret_data;
 use crate::providers::{ClassInfo, Code, ListMachinesRequest, MachineInfo, MachineRequest, SecretData};
 
 /// Wake-ups from MCMMachine deletions.
@@ -128,38 +128,7 @@ impl Collector {
                 continue;
             }
             let namespace = m.namespace().unwrap_or_default();
-            let secret = |r: Option<&k8s_openapi::api::core::v1::SecretReference>| {
-                let r = r?;
-                let ns = r.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or(&namespace);
-                self.ctx.secret(ns, r.name.as_deref()?)
-            };
-            let listed = match (&m.spec.class, &m.spec.inline_class) {
-                (Some(r), None) => {
-                    let found = self
-                        .ctx
-                        .classes
-                        .get(&kube::runtime::reflector::ObjectRef::<MachineClass>::new(&r.name).within(&namespace));
-                    found.map(|c| {
-                        (
-                            crate::controllers::machine::class_info(&c),
-                            merge_secret_data(
-                                secret(c.spec.secret_ref.as_ref()).as_deref(),
-                                secret(c.spec.credentials_secret_ref.as_ref()).as_deref(),
-                            ),
-                        )
-                    })
-                }
-                (None, Some(inline)) => Some((
-                    ClassInfo {
-                        name: m.name_any(),
-                        provider: inline.provider.clone(),
-                        provider_spec: inline.provider_spec.clone(),
-                        node_template: inline.node_template.clone(),
-                    },
-                    merge_secret_data(None, secret(inline.credentials_secret_ref.as_ref()).as_deref()),
-                )),
-                _ => None,
-            };
+            let listed = mcm_machine_class(&m, &self.ctx.classes, &|ns, name| self.ctx.secret(ns, name)).ok();
             if let Some((class, secret)) = listed {
                 index.insert(key.clone(), out.len());
                 out.push(ListedClass { key, namespace: namespace.clone(), class, secret, users: vec![m] });

@@ -79,7 +79,8 @@ pub(crate) async fn run<F: Flavour>(
         }
     };
     tracing::debug!(machine_deployment = %key_of(d), sets = ?hub_sets.iter().map(|s| (s.name_any(), s.spec.replicas)).collect::<Vec<_>>(), ?plan, "plan");
-    execute(f, d, hub, (&sets, &hub_sets), &owned, plan, now, written).await
+    let observed = Observed { deployment: d, hub, sets: &sets, hub_sets: &hub_sets, machines: &owned };
+    execute(f, &observed, plan, now, written).await
 }
 
 /// The deployment's sets after adopting matching orphans and releasing sets that no longer match.
@@ -132,18 +133,25 @@ fn describe<K: Resource<DynamicType = ()>>(object: &K) -> String {
     format!("{} {}", K::kind(&()), key_of(object))
 }
 
+/// What a pass observed of a deployment: the deployment and its hub view, its sets (and theirs), its machines.
+struct Observed<'a, F: Flavour> {
+    deployment: &'a F::Deployment,
+    hub: &'a mcm::MachineDeployment,
+    sets: &'a [F::Set],
+    hub_sets: &'a [mcm::MachineSet],
+    machines: &'a [F::Machine],
+}
+
 /// Applies the plan; returns when to look again (`None`: on the next change only).
 #[allow(clippy::too_many_lines)]
 async fn execute<F: Flavour>(
     f: &F,
-    d: &F::Deployment,
-    hub: &mcm::MachineDeployment,
-    (sets, hub_sets): (&[F::Set], &[mcm::MachineSet]),
-    owned: &[F::Machine],
+    observed: &Observed<'_, F>,
     plan: DeploymentPlan,
     now: Timestamp,
     written: &mut WrittenBy<F>,
 ) -> Result<Option<Duration>, Error> {
+    let Observed { deployment: d, hub, sets, hub_sets, machines: owned } = *observed;
     let namespace = d.namespace().unwrap_or_default();
     let api: Api<F::Deployment> = Api::namespaced(f.control().clone(), &namespace);
     let sets_api: Api<F::Set> = Api::namespaced(f.control().clone(), &namespace);

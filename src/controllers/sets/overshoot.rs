@@ -124,7 +124,7 @@ async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
     }
     // The next sweep (often a few milliseconds later, on the next Machine) must see these writes, or it would
     // find a deployment it just froze unfrozen and freeze it again under another reason.
-    crate::controllers::replicas::settle(&*ctx, written, "overshoot sweep").await;
+    crate::controllers::replicas::settle(ctx, written, "overshoot sweep").await;
     failure.map_or(Ok(()), Err)
 }
 

@@ -41,7 +41,7 @@ pub struct CreateObservation<'a> {
     /// The store shows the object being deleted (or gone) now: nothing may be created.
     pub deleting: bool,
     /// Whether a Node of this name exists (the stale-node guard; never, where Nodes are not watched).
-    pub node_exists: &'a dyn Fn(&str) -> bool,
+    pub node_exists: &'a (dyn Fn(&str) -> bool + Sync),
     /// What the driver answered so far in this pass.
     pub progress: &'a CreateProgress,
 }
@@ -148,7 +148,7 @@ pub enum CreateAction {
         provider_id: String,
     },
     /// The pass ends.
-    Finish(Finish),
+    Finish(Box<Finish>),
 }
 
 /// How a pass of the create flow ends.
@@ -166,7 +166,7 @@ pub struct Finish {
 
 impl Finish {
     fn wait(next: Next) -> CreateAction {
-        CreateAction::Finish(Finish { patch: StatusPatch::default(), event: None, next, provisioned: false })
+        CreateAction::Finish(Box::new(Finish { patch: StatusPatch::default(), event: None, next, provisioned: false }))
     }
 }
 
@@ -180,7 +180,12 @@ pub fn next(o: &CreateObservation<'_>) -> CreateAction {
             return CreateAction::Provisioned;
         }
         if let Some(patch) = crash_loop_expired(m, o.now, o.effective) {
-            return CreateAction::Finish(Finish { patch, event: None, next: Next::Wake(None), provisioned: false });
+            return CreateAction::Finish(Box::new(Finish {
+                patch,
+                event: None,
+                next: Next::Wake(None),
+                provisioned: false,
+            }));
         }
         if let Some(wait) = o.backing_off {
             // Woken before the back-off ran out (often by our own status write): keep waiting.
@@ -192,7 +197,9 @@ pub fn next(o: &CreateObservation<'_>) -> CreateAction {
         return failed(o, Failure::Create(e, None), deadline);
     }
     let Some(status) = &p.status else { return CreateAction::GetStatus };
-    let vm = match after_status(status.clone(), m) {
+    // A VM made in this pass is the one, also once the machine names it (recorded).
+    let looked_up = if p.created.is_some() { AfterStatus::Create } else { after_status(status.clone(), m) };
+    let vm = match looked_up {
         AfterStatus::Adopt(found) => Vm::found(found),
         AfterStatus::TrustExisting => Vm::trusted(m),
         AfterStatus::Initialize => match &p.initialized_found {
@@ -216,12 +223,12 @@ pub fn next(o: &CreateObservation<'_>) -> CreateAction {
                             "VM {} would use the existing Node {} of an old VM; deleted it",
                             created.provider_id, created.node_name
                         );
-                        return CreateAction::Finish(Finish {
+                        return CreateAction::Finish(Box::new(Finish {
                             patch: stale_node(o.now),
                             event: Some(EventSpec::warning("StaleNode", note)),
                             next: Next::Retry { class: RetryClass::Transient, deadline },
                             provisioned: false,
-                        });
+                        }));
                     }
                     AfterCreate::Failed(e) => return failed(o, Failure::Create(&e, None), deadline),
                 }
@@ -256,12 +263,12 @@ pub fn next(o: &CreateObservation<'_>) -> CreateAction {
     }
     let mut patch = created(m, o.target, &vm.node_name, &vm.addresses, o.now).unwrap_or_default();
     patch.last_known_state = vm.last_known_state.filter(|s| !s.is_empty());
-    CreateAction::Finish(Finish {
+    CreateAction::Finish(Box::new(Finish {
         patch,
         event: None,
         next: Next::Wake(deadline.filter(|_| o.target)),
         provisioned: true,
-    })
+    }))
 }
 
 /// A failed step.
@@ -291,12 +298,12 @@ fn failed(o: &CreateObservation<'_>, failure: Failure<'_>, deadline: Option<Time
     } else {
         Next::Retry { class, deadline }
     };
-    CreateAction::Finish(Finish {
+    CreateAction::Finish(Box::new(Finish {
         patch,
         event: Some(EventSpec::warning(reason, description)),
         next,
         provisioned: false,
-    })
+    }))
 }
 
 #[cfg(test)]

@@ -65,7 +65,7 @@ pub enum DeleteAnswer {
 #[derive(Clone, Debug, PartialEq)]
 pub enum DeleteAction {
     /// A step is done or failed: record it and decide again (or stop).
-    Advance(Advance),
+    Advance(Box<Advance>),
     /// Ask the driver for the VM and its Node's name.
     FindVm,
     /// Set the Node's `Terminating` condition, cordon and drain it.
@@ -116,7 +116,9 @@ pub fn next(o: &DeleteObservation<'_>) -> DeleteAction {
     let m = o.machine;
     let step = step(m);
     match (step, o.answer) {
-        (Step::SetTerminating, _) => DeleteAction::Advance(Advance { patch: terminating(o.now), ..Advance::default() }),
+        (Step::SetTerminating, _) => {
+            DeleteAction::Advance(Box::new(Advance { patch: terminating(o.now), ..Advance::default() }))
+        }
         (Step::FindVm, None) => match find_vm(m, o.node_of_machine, o.target) {
             FindVm::Known { outcome, label } => advance(o, step, outcome, label, None),
             FindVm::AskDriver => DeleteAction::FindVm,
@@ -199,7 +201,7 @@ fn advance(
         let deadline = (step == Step::Drain).then(|| drain_deadline(o.machine, o.effective)).flatten();
         Next::Retry { class, deadline }
     });
-    DeleteAction::Advance(Advance { patch: outcome.patch(o.now), label, event, stop })
+    DeleteAction::Advance(Box::new(Advance { patch: outcome.patch(o.now), label, event, stop }))
 }
 
 #[cfg(test)]

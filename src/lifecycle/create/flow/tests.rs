@@ -296,6 +296,16 @@ fn the_create_flow_step_by_step() {
             Want::Initialize,
         ),
         row(
+            "created and recorded, the machine now naming it: still the new VM",
+            machine(None, Some("vm://2"), Some("n2")),
+            with(|p| {
+                p.status = Some(Err(err(Code::NotFound)));
+                p.created = Some(Ok(made("n2")));
+                p.recorded = true;
+            }),
+            Want::Initialize,
+        ),
+        row(
             "initialized: Pending until the Node joins",
             fresh(),
             with(|p| {

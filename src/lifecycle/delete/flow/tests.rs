@@ -66,13 +66,16 @@ fn short(action: DeleteAction) -> Want {
     }
 }
 
+/// A row: name, machine, target, the Node by machine-name label, the answer, what the flow does next.
+type Row = (&'static str, Machine, bool, Option<&'static str>, Option<DeleteAnswer>, Want);
+
 #[test]
 fn the_deletion_flow_step_by_step() {
     use MachinePhase::{Running, Terminating};
     let retry = |class| Some(Next::Retry { class, deadline: None });
     let drain_retry = Some(Next::Retry { class: RetryClass::Transient, deadline: Some(t("02:00:00")) });
     // (name, machine, target, Node by machine-name label, answer, want)
-    let rows: Vec<(&str, Machine, bool, Option<&str>, Option<DeleteAnswer>, Want)> = vec![
+    let rows: Vec<Row> = vec![
         (
             "running: set Terminating",
             machine(Running, "joined", Some("n1")),

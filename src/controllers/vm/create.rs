@@ -1,0 +1,128 @@
+//! Carries out the create flow (`lifecycle::create::next`) for either object: prepare the request, look the VM up,
+//! create or initialize it, record it, write the status — one action at a time, each answer fed back. The hub view
+//! stays as observed: what the pass learned is in its progress, and the recorded object is the flavour's.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+use super::{Cloud, NotPrepared, Stage, VmFlavour};
+use crate::api::mcm::Machine;
+use crate::controllers::context::key_of;
+use crate::controllers::error::Error;
+use crate::lifecycle::Effective;
+use crate::lifecycle::create::{self, CreateAction, CreateObservation, CreateProgress};
+use crate::lifecycle::requeue::Next;
+use crate::lifecycle::status::Severity;
+
+/// How a pass of the create flow ended.
+pub(crate) enum Created {
+    /// The machine has its VM (or failed for good): nothing was done.
+    Provisioned,
+    /// The flow ran; look again then.
+    Next(Next),
+}
+
+/// The actions one pass takes at most (the flow has eight).
+const MAX_ACTIONS: usize = 16;
+
+/// One pass of the create flow over `obj` (whose hub view is `hub`); `backing_off` is the time an earlier
+/// failure's back-off still runs.
+pub(crate) async fn run<F: VmFlavour>(
+    f: &F,
+    obj: &F::Object,
+    hub: &Machine,
+    now: Timestamp,
+    backing_off: Option<Duration>,
+) -> Result<Created, Error> {
+    let effective = Effective::of(hub, f.config());
+    let mut obj = obj.clone();
+    let mut progress = CreateProgress::default();
+    let mut cloud: Option<Cloud> = None;
+    for _ in 0..MAX_ACTIONS {
+        let action = create::next(&CreateObservation {
+            machine: hub,
+            kind: F::KIND,
+            now,
+            effective: &effective,
+            target: f.target(),
+            backing_off,
+            deleting: f.deleting_now(&obj),
+            node_exists: &|name| f.node_exists(name),
+            progress: &progress,
+        });
+        tracing::debug!(object = %key_of(&obj), ?action, "create flow");
+        match action {
+            CreateAction::Provisioned => return Ok(Created::Provisioned),
+            CreateAction::Finish(finish) => {
+                if let Some(event) = finish.event {
+                    if event.severity == Severity::Warning {
+                        tracing::info!(object = %key_of(&obj), "{}: {}", event.reason, event.note);
+                    }
+                    f.publish(&obj, event).await;
+                }
+                let stage = if finish.provisioned { Stage::Provisioned } else { Stage::Creating };
+                f.write_status(&obj, hub, finish.patch, stage).await?;
+                return Ok(Created::Next(finish.next));
+            }
+            CreateAction::Prepare => match f.prepare(&obj, hub).await {
+                Ok(prepared) => {
+                    cloud = Some(prepared);
+                    progress.prepared = Some(Ok(()));
+                }
+                Err(NotPrepared::Driver(e)) => progress.prepared = Some(Err(e)),
+                Err(NotPrepared::Wait(event, next)) => {
+                    f.publish(&obj, event).await;
+                    return Ok(Created::Next(next));
+                }
+                Err(NotPrepared::Api(e)) => return Err(e),
+            },
+            CreateAction::Record { vm, event } => {
+                if let Some(event) = event {
+                    tracing::info!(object = %key_of(&obj), provider_id = %vm.provider_id, "created a VM");
+                    f.publish(&obj, event).await;
+                }
+                if vm.trusted {
+                    tracing::info!(object = %key_of(&obj), provider_id = %vm.provider_id, "VM not found by the driver; trusting the one the object names");
+                }
+                if let Some(updated) = f.record(&obj, hub, &vm).await? {
+                    obj = updated;
+                }
+                if let Some(c) = &mut cloud {
+                    c.request.machine.provider_id = Some(vm.provider_id);
+                }
+                progress.recorded = true;
+            }
+            driver_action => {
+                // Every driver action follows `Prepare`; without a request the flow prepares again.
+                let Some(c) = &cloud else {
+                    progress.prepared = None;
+                    continue;
+                };
+                match driver_action {
+                    CreateAction::GetStatus => progress.status = Some(c.driver.get_machine_status(&c.request).await),
+                    CreateAction::InitializeFound => {
+                        progress.initialized_found = Some(c.driver.initialize_machine(&c.request).await);
+                    }
+                    CreateAction::Create => progress.created = Some(c.driver.create_machine(&c.request).await),
+                    CreateAction::DeleteStaleVm { provider_id } => {
+                        let mut stale = c.request.clone();
+                        stale.machine.provider_id = Some(provider_id);
+                        if let Err(e) = c.driver.delete_machine(&stale).await {
+                            tracing::warn!(object = %key_of(&obj), error = %e, "deleting the VM of a stale node failed; will be retried");
+                        }
+                        progress.stale_deleted = true;
+                    }
+                    CreateAction::Initialize { provider_id } => {
+                        let mut request = c.request.clone();
+                        request.machine.provider_id = Some(provider_id);
+                        progress.initialized = Some(c.driver.initialize_machine(&request).await.map(|_| ()));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    tracing::warn!(object = %key_of(&obj), "the create flow did not end within {MAX_ACTIONS} actions");
+    Ok(Created::Next(Next::Wake(None)))
+}
