@@ -13,8 +13,7 @@
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, header};
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
@@ -320,17 +319,6 @@ pub fn check_patched(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, mut patched: Value) ->
         Directive::Ignore => Ok(Checked { body: patched, warnings: Vec::new() }),
         _ => Ok(Checked { body: patched, warnings: found }),
     }
-}
-
-/// Adds one `Warning: 299 - "..."` header per warning.
-pub fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for warning in warnings {
-        let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
-        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
-            response.headers_mut().append(header::WARNING, value);
-        }
-    }
-    response
 }
 
 #[cfg(test)]

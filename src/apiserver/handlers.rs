@@ -14,19 +14,12 @@ use super::error::{ApiError, Subject};
 use super::object;
 use super::request::{Query, ResourcePath};
 use super::resources::{ResourceType, Special};
+use super::response::{json_response, with_warnings};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
 use super::webhook::{self, Matched, Operation, Review, RuleInput};
 use super::{field_validation, managed, printing, strategic_merge, subresources, watch};
-
-/// A JSON response from a value.
-pub fn json_response(code: StatusCode, value: &Value) -> Response {
-    match serde_json::to_vec(value) {
-        Ok(bytes) => (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => ApiError::internal(format!("could not serialise the response: {e}")).into_response(),
-    }
-}
 
 /// One resolved request against a resource type.
 pub struct Ctx<'a> {
@@ -137,9 +130,7 @@ pub async fn resource(
         ("POST", false, None) => {
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
-            create(&shared, &ctx, checked.body, false)
-                .await
-                .map(|r| field_validation::with_warnings(r, &checked.warnings))
+            create(&shared, &ctx, checked.body, false).await.map(|r| with_warnings(r, &checked.warnings))
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -149,9 +140,7 @@ pub async fn resource(
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
             let part = if sub == Some("status") { Part::Status } else { Part::Main };
-            update(&shared, &ctx, checked.body, part)
-                .await
-                .map(|r| field_validation::with_warnings(r, &checked.warnings))
+            update(&shared, &ctx, checked.body, part).await.map(|r| with_warnings(r, &checked.warnings))
         }
         ("PUT", true, Some("scale")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -436,7 +425,7 @@ async fn create_admitted(
         admission::check_namespace(&store, &ctx.rt, &obj)?;
         commit_create(&mut store, ctx, obj, applied)?
     };
-    Ok(field_validation::with_warnings(json_response(StatusCode::CREATED, &ctx.output(&stored)), &warnings))
+    Ok(with_warnings(json_response(StatusCode::CREATED, &ctx.output(&stored)), &warnings))
 }
 
 /// Stores a created object (its managed fields recorded), unless it exists; a dry run returns it unstored.
@@ -585,11 +574,11 @@ where
         };
         match attempt {
             Attempt::Done(result, warnings) => {
-                return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
+                return Ok(with_warnings(json_response(StatusCode::OK, &result), &warnings));
             }
             Attempt::Create(body, warnings) => {
                 let created = Box::pin(create(shared, ctx, body, true)).await;
-                return created.map(|r| field_validation::with_warnings(r, &warnings));
+                return created.map(|r| with_warnings(r, &warnings));
             }
             Attempt::Admit(pending) => {
                 if let Some(response) = Box::pin(update_admitted(shared, ctx, part, &namespace, *pending)).await? {
@@ -628,7 +617,7 @@ async fn update_admitted(
         }
         store_update(&mut store, ctx, &current, updated, part, applied.as_ref())?
     };
-    Ok(Some(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings)))
+    Ok(Some(with_warnings(json_response(StatusCode::OK, &result), &warnings)))
 }
 
 async fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
@@ -836,9 +825,7 @@ async fn delete(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Respo
     let policy = propagation(ctx, options)?;
     let key = ctx.key();
     match delete_one(shared, ctx, &key, options, policy).await? {
-        Some((obj, warnings)) => {
-            Ok(field_validation::with_warnings(json_response(StatusCode::OK, &ctx.output(&obj)), &warnings))
-        }
+        Some((obj, warnings)) => Ok(with_warnings(json_response(StatusCode::OK, &ctx.output(&obj)), &warnings)),
         None => Err(ApiError::not_found(ctx.subject(&key.1))),
     }
 }
@@ -953,7 +940,7 @@ async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> R
         }
     }
     let rv = shared.lock().rv();
-    Ok(field_validation::with_warnings(deleted_list(ctx, items, rv), &warnings))
+    Ok(with_warnings(deleted_list(ctx, items, rv), &warnings))
 }
 
 fn deleted(outcome: Option<DeleteOutcome>) -> Option<Arc<Value>> {

@@ -19,6 +19,7 @@ pub mod printing;
 mod protobuf;
 mod request;
 pub mod resources;
+mod response;
 pub mod schema;
 pub mod selectors;
 mod server;

@@ -18,9 +18,9 @@ use tokio::sync::watch;
 
 use super::error::ApiError;
 use super::faults::{Faults, RequestInfo, Verb};
-use super::handlers::json_response;
 use super::request::{Target, parse_path, parse_query};
 use super::resources::GroupResource;
+use super::response::json_response;
 use super::store::Store;
 use super::{discovery, handlers, openapi, tls};
 

@@ -8,9 +8,10 @@ use serde_json::{Value, json};
 
 use super::admission::Part;
 use super::error::{ApiError, Subject};
-use super::handlers::{ADMISSION_ATTEMPTS, Ctx, PatchKind, apply_patch, json_response};
+use super::handlers::{ADMISSION_ATTEMPTS, Ctx, PatchKind, apply_patch};
 use super::object::{self, get_path, set_path};
 use super::resources::GroupResource;
+use super::response::{json_response, with_warnings};
 use super::selectors::LabelSelector;
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
@@ -172,7 +173,7 @@ async fn scale_admitted(
         return Ok(None);
     }
     let response = store_scaled(&mut store, ctx, current, prepared);
-    Ok(Some(super::field_validation::with_warnings(response, &warnings)))
+    Ok(Some(with_warnings(response, &warnings)))
 }
 
 /// Answers a review kind (`SelfSubjectAccessReview`, `TokenReview`, ...): everything is allowed, every token
@@ -274,7 +275,7 @@ async fn evict_admitted(
     let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
     warnings.extend(webhook::validate(shared, &matched, &review).await?);
     let body = review.object.take().unwrap_or_default();
-    evict_now(shared, ctx, body).map(|r| super::field_validation::with_warnings(r, &warnings))
+    evict_now(shared, ctx, body).map(|r| with_warnings(r, &warnings))
 }
 
 fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {
