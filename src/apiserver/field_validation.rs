@@ -17,8 +17,8 @@ use axum::http::{HeaderMap, header};
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::context::Ctx;
 use super::error::{ApiError, Cause, Subject};
-use super::handlers::Ctx;
 use super::openapi;
 
 /// What the request asked for.

@@ -5,6 +5,7 @@
 //! one process. What it does not do (compared with kube-apiserver) is listed in `docs/apiserver.md`.
 
 mod admission;
+mod context;
 mod convert;
 mod discovery;
 pub mod error;
@@ -14,6 +15,7 @@ mod handlers;
 mod managed;
 pub mod object;
 pub mod openapi;
+mod patch;
 pub mod persist;
 pub mod printing;
 mod protobuf;

@@ -383,11 +383,6 @@ async fn serve(
     }
 }
 
-/// Reads a request body up to `limit` bytes (413 beyond).
-pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))
-}
-
 fn authorized(shared: &Shared, request: &Request) -> bool {
     let Some(token) = &shared.config.token else { return true };
     request

@@ -7,15 +7,16 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::admission::Part;
+use super::context::Ctx;
 use super::error::{ApiError, Subject};
-use super::handlers::{ADMISSION_ATTEMPTS, Ctx, PatchKind, apply_patch};
 use super::object::{self, get_path, set_path};
+use super::patch::{PatchKind, apply_patch};
 use super::resources::GroupResource;
 use super::response::{json_response, with_warnings};
 use super::selectors::LabelSelector;
 use super::server::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::webhook::{self, Operation, Review, RuleInput};
+use super::webhook::{self, ADMISSION_ATTEMPTS, Operation, Review, RuleInput};
 
 /// The `autoscaling/v1` Scale view of an object.
 pub fn scale_view(ctx: &Ctx<'_>, stored: &Value) -> Value {

@@ -15,13 +15,13 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use super::context::Ctx;
 use super::convert;
 use super::error::ApiError;
-use super::handlers::{Ctx, matches};
 use super::object;
 use super::printing;
 use super::resources::{GroupResource, ResourceType};
-use super::selectors::{FieldSelector, LabelSelector};
+use super::selectors::{self, FieldSelector, LabelSelector};
 use super::server::Shared;
 use super::store::{EventType, WatchEvent};
 
@@ -52,8 +52,8 @@ impl Filter {
             return false;
         }
         match self.served(stored) {
-            Some(served) => matches(&self.labels, &self.fields, &served),
-            None => matches(&self.labels, &self.fields, stored),
+            Some(served) => selectors::matches(&self.labels, &self.fields, &served),
+            None => selectors::matches(&self.labels, &self.fields, stored),
         }
     }
 

@@ -30,6 +30,10 @@ use super::server::Shared;
 use super::store::Store;
 use call::{Answer, ConfigError, Target};
 
+/// Attempts at a write whose object changed while webhooks were being called (kube-apiserver's patch handler
+/// retries as often).
+pub const ADMISSION_ATTEMPTS: usize = 5;
+
 /// The API group of the webhook configurations.
 pub const GROUP: &str = "admissionregistration.k8s.io";
 
