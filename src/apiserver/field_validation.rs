@@ -9,6 +9,8 @@
 //! [`super::schema::StructuralSchema::unknown_fields`]), for built-in kinds what the k8s-openapi type does not
 //! declare (its generated schema, see [`super::openapi::builtin_components`]); `metadata` is checked against
 //! `ObjectMeta` for both. Duplicates are looked for in the request body or patch, JSON or YAML.
+//!
+//! Works on the request context (`context`) and must not import `handlers`, which calls it.
 
 use std::collections::HashSet;
 use std::fmt;

@@ -1,4 +1,7 @@
 //! Request handling: from a parsed request to store operations and a response.
+//!
+//! Builds the request context (`context`) and dispatches to `watch`, `subresources` and `field_validation`;
+//! only `server` imports this module, and it must not import `server` (the state it needs is `state`'s).
 
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use super::request::{Query, ResourcePath};
 use super::resources::Special;
 use super::response::{json_response, with_warnings};
 use super::selectors::{self, FieldSelector, LabelSelector};
-use super::server::Shared;
+use super::state::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
 use super::webhook::{self, ADMISSION_ATTEMPTS, Matched, Operation, Review, RuleInput};
 use super::{field_validation, managed, printing, subresources, watch};
@@ -353,7 +356,7 @@ async fn create_admitted(
     let mut defaulted = decoded;
     admission::default_object(&ctx.rt, ctx.version, &mut defaulted);
     let mut review = ctx.review(Operation::Create, ctx.admission_namespace(&namespace), Some(defaulted), None);
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
     let mutated = review.object.take().unwrap_or_default();
     if ctx.rt.namespaced && object::namespace(&mutated) != namespace {
         return Err(ApiError::bad_request(
@@ -365,7 +368,7 @@ async fn create_admitted(
     let obj = admission::finish_create(&ctx.rt, ctx.version, mutated, &taken)?;
     review.name = object::name(&obj).to_string();
     review.object = Some(obj);
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let obj = review.object.take().unwrap_or_default();
     let stored = {
         let mut store = shared.lock();
@@ -549,10 +552,10 @@ async fn update_admitted(
     let PendingUpdate { current, mut decoded, matched, applied, mut warnings } = pending;
     admission::default_object(&ctx.rt, ctx.version, &mut decoded);
     let mut review = ctx.review(Operation::Update, namespace.to_string(), Some(decoded), Some((*current).clone()));
-    warnings.extend(webhook::mutate(shared, &matched, &mut review).await?);
+    warnings.extend(webhook::mutate(shared.store(), &matched, &mut review).await?);
     let mutated = review.object.take().unwrap_or_default();
     review.object = Some(admission::finish_update(&ctx.rt, ctx.version, &current, mutated, part)?);
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let updated = review.object.take().unwrap_or_default();
     let result = {
         let mut store = shared.lock();
@@ -761,8 +764,8 @@ async fn delete_admitted(
         delete_options["dryRun"] = json!(["All"]);
     }
     review.options = delete_options;
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     Ok(warnings)
 }
 

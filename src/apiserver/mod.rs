@@ -25,6 +25,7 @@ mod response;
 pub mod schema;
 pub mod selectors;
 mod server;
+mod state;
 pub mod store;
 pub mod strategic_merge;
 mod subresources;
@@ -32,4 +33,5 @@ mod tls;
 mod watch;
 mod webhook;
 
-pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError, write_private_file};
+pub use server::{ApiServer, ClientError, StartError, write_private_file};
+pub use state::{ServerConfig, Shared};

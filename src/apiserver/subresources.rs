@@ -1,4 +1,7 @@
 //! The `scale` and `eviction` subresources, and the review kinds (answered, never stored).
+//!
+//! Called by `handlers`, which it must not import: it works from the request context (`context`), the shared
+//! state (`state`) and the patch and response helpers (`patch`, `response`).
 
 use std::sync::Arc;
 
@@ -14,7 +17,7 @@ use super::patch::{PatchKind, apply_patch};
 use super::resources::GroupResource;
 use super::response::{json_response, with_warnings};
 use super::selectors::LabelSelector;
-use super::server::Shared;
+use super::state::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
 use super::webhook::{self, ADMISSION_ATTEMPTS, Operation, Review, RuleInput};
 
@@ -163,11 +166,11 @@ async fn scale_admitted(
     if ctx.query.dry_run {
         review.options["dryRun"] = json!(["All"]);
     }
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
     let scale = review.object.as_ref().cloned().unwrap_or_default();
     let replicas = wanted_replicas(ctx, &scale, &current)?;
     let prepared = scaled(ctx, &current, replicas)?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let mut store = shared.lock();
     let latest = ctx.require(&store)?;
     if !Arc::ptr_eq(&latest, &current) {
@@ -273,8 +276,8 @@ async fn evict_admitted(
         options: json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
         dry_run: ctx.query.dry_run,
     };
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let body = review.object.take().unwrap_or_default();
     evict_now(shared, ctx, body).map(|r| with_warnings(r, &warnings))
 }
