@@ -9,17 +9,18 @@
 //! [`super::schema::StructuralSchema::unknown_fields`]), for built-in kinds what the k8s-openapi type does not
 //! declare (its generated schema, see [`super::openapi::builtin_components`]); `metadata` is checked against
 //! `ObjectMeta` for both. Duplicates are looked for in the request body or patch, JSON or YAML.
+//!
+//! Works on the request context (`context`) and must not import `handlers`, which calls it.
 
 use std::collections::HashSet;
 use std::fmt;
 
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::Response;
+use axum::http::{HeaderMap, header};
 use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 
+use super::context::Ctx;
 use super::error::{ApiError, Cause, Subject};
-use super::handlers::Ctx;
 use super::openapi;
 
 /// What the request asked for.
@@ -320,17 +321,6 @@ pub fn check_patched(ctx: &Ctx<'_>, raw: Option<Raw<'_>>, mut patched: Value) ->
         Directive::Ignore => Ok(Checked { body: patched, warnings: Vec::new() }),
         _ => Ok(Checked { body: patched, warnings: found }),
     }
-}
-
-/// Adds one `Warning: 299 - "..."` header per warning.
-pub fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for warning in warnings {
-        let escaped = warning.replace('\\', "\\\\").replace('"', "\\\"");
-        if let Ok(value) = HeaderValue::from_str(&format!("299 - \"{escaped}\"")) {
-            response.headers_mut().append(header::WARNING, value);
-        }
-    }
-    response
 }
 
 #[cfg(test)]

@@ -1,4 +1,7 @@
 //! Request handling: from a parsed request to store operations and a response.
+//!
+//! Builds the request context (`context`) and dispatches to `watch`, `subresources` and `field_validation`;
+//! only `server` imports this module, and it must not import `server` (the state it needs is `state`'s).
 
 use std::sync::Arc;
 
@@ -9,70 +12,19 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::admission::{self, Part};
+use super::context::Ctx;
 use super::convert;
-use super::error::{ApiError, Subject};
+use super::error::ApiError;
 use super::object;
+use super::patch::{PatchKind, PatchType, apply_patch, patch_type};
 use super::request::{Query, ResourcePath};
-use super::resources::{ResourceType, Special};
-use super::selectors::{FieldSelector, LabelSelector};
-use super::server::Shared;
+use super::resources::Special;
+use super::response::{json_response, with_warnings};
+use super::selectors::{self, FieldSelector, LabelSelector};
+use super::state::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::webhook::{self, Matched, Operation, Review, RuleInput};
-use super::{field_validation, managed, printing, strategic_merge, subresources, watch};
-
-/// A JSON response from a value.
-pub fn json_response(code: StatusCode, value: &Value) -> Response {
-    match serde_json::to_vec(value) {
-        Ok(bytes) => (code, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
-        Err(e) => ApiError::internal(format!("could not serialise the response: {e}")).into_response(),
-    }
-}
-
-/// One resolved request against a resource type.
-pub struct Ctx<'a> {
-    /// The served type.
-    pub rt: Arc<ResourceType>,
-    /// The requested version.
-    pub version: &'a str,
-    /// The path.
-    pub path: &'a ResourcePath,
-    /// Query parameters.
-    pub query: &'a Query,
-    /// Who writes: `fieldManager`, or the client's user agent.
-    pub manager: String,
-    /// Set when a read asked for a server-side printed `Table` (Accept `as=Table`).
-    pub table: Option<printing::TableOptions>,
-    /// Set when a read asked for metadata only (Accept `as=PartialObjectMetadata[List]`), in this version.
-    pub metadata_only: Option<printing::TableVersion>,
-}
-
-impl Ctx<'_> {
-    /// The error subject for `name`.
-    pub fn subject<'b>(&'b self, name: &'b str) -> Subject<'b> {
-        Subject { group: &self.rt.gr.group, resource: &self.rt.gr.resource, name }
-    }
-
-    /// The key of the named object.
-    pub fn key(&self) -> ObjectKey {
-        let ns = if self.rt.namespaced { self.path.namespace.clone().unwrap_or_default() } else { String::new() };
-        (ns, self.path.name.clone().unwrap_or_default())
-    }
-
-    /// A stored object as served in the requested version.
-    pub fn output(&self, stored: &Value) -> Value {
-        if convert::needs_output_conversion(&self.rt, self.version) {
-            convert::to_version(&self.rt, self.version, stored)
-        } else {
-            stored.clone()
-        }
-    }
-
-    /// The object or a 404.
-    pub fn require(&self, store: &Store) -> Result<Arc<Value>, ApiError> {
-        let key = self.key();
-        store.get(&self.rt.storage_gr(), &key).ok_or_else(|| ApiError::not_found(self.subject(&key.1)))
-    }
-}
+use super::webhook::{self, ADMISSION_ATTEMPTS, Matched, Operation, Review, RuleInput};
+use super::{field_validation, managed, printing, subresources, watch};
 
 /// Serves a resource request.
 pub async fn resource(
@@ -103,7 +55,7 @@ pub async fn resource(
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     let metadata_only = accept.and_then(printing::metadata_only);
     let ctx = Ctx { rt, version: &version, path: &path, query: &query, manager, table, metadata_only };
-    let read_body = |body| super::server::read_body(body, shared.config.max_body_bytes);
+    let read_body = |body| super::request::read_body(body, shared.config.max_body_bytes);
     let sub = path.subresource.as_deref();
     if let Some(sub) = sub {
         let served = match sub {
@@ -137,9 +89,7 @@ pub async fn resource(
         ("POST", false, None) => {
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
-            create(&shared, &ctx, checked.body, false)
-                .await
-                .map(|r| field_validation::with_warnings(r, &checked.warnings))
+            create(&shared, &ctx, checked.body, false).await.map(|r| with_warnings(r, &checked.warnings))
         }
         ("POST", true, Some("eviction")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -149,9 +99,7 @@ pub async fn resource(
             let raw = read_body(body).await?;
             let checked = field_validation::check_body(&ctx, &headers, &raw, parse_body(&headers, &raw)?)?;
             let part = if sub == Some("status") { Part::Status } else { Part::Main };
-            update(&shared, &ctx, checked.body, part)
-                .await
-                .map(|r| field_validation::with_warnings(r, &checked.warnings))
+            update(&shared, &ctx, checked.body, part).await.map(|r| with_warnings(r, &checked.warnings))
         }
         ("PUT", true, Some("scale")) => {
             let body = parse_body(&headers, &read_body(body).await?)?;
@@ -219,11 +167,6 @@ fn selectors(ctx: &Ctx<'_>) -> Result<(LabelSelector, FieldSelector), ApiError> 
     Ok((labels, fields))
 }
 
-/// Whether a served object matches the request's selectors.
-pub fn matches(labels: &LabelSelector, fields: &FieldSelector, served: &Value) -> bool {
-    (labels.is_empty() || labels.matches_object(served)) && (fields.is_empty() || fields.matches(served))
-}
-
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Continue {
     rv: u64,
@@ -266,7 +209,7 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
         } else {
             stored
         };
-        if !matches(&labels, &fields, served) {
+        if !selectors::matches(&labels, &fields, served) {
             continue;
         }
         if ctx.query.limit > 0 && count == ctx.query.limit {
@@ -314,10 +257,6 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     body.extend_from_slice(b"]}");
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
-
-/// Attempts at a write whose object changed while webhooks were being called (kube-apiserver's patch handler
-/// retries as often).
-pub const ADMISSION_ATTEMPTS: usize = 5;
 
 /// `CreateOptions`, `UpdateOptions` or `DeleteOptions` as webhooks receive them.
 fn options(ctx: &Ctx<'_>, kind: &str) -> Value {
@@ -417,7 +356,7 @@ async fn create_admitted(
     let mut defaulted = decoded;
     admission::default_object(&ctx.rt, ctx.version, &mut defaulted);
     let mut review = ctx.review(Operation::Create, ctx.admission_namespace(&namespace), Some(defaulted), None);
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
     let mutated = review.object.take().unwrap_or_default();
     if ctx.rt.namespaced && object::namespace(&mutated) != namespace {
         return Err(ApiError::bad_request(
@@ -429,14 +368,14 @@ async fn create_admitted(
     let obj = admission::finish_create(&ctx.rt, ctx.version, mutated, &taken)?;
     review.name = object::name(&obj).to_string();
     review.object = Some(obj);
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let obj = review.object.take().unwrap_or_default();
     let stored = {
         let mut store = shared.lock();
         admission::check_namespace(&store, &ctx.rt, &obj)?;
         commit_create(&mut store, ctx, obj, applied)?
     };
-    Ok(field_validation::with_warnings(json_response(StatusCode::CREATED, &ctx.output(&stored)), &warnings))
+    Ok(with_warnings(json_response(StatusCode::CREATED, &ctx.output(&stored)), &warnings))
 }
 
 /// Stores a created object (its managed fields recorded), unless it exists; a dry run returns it unstored.
@@ -585,11 +524,11 @@ where
         };
         match attempt {
             Attempt::Done(result, warnings) => {
-                return Ok(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings));
+                return Ok(with_warnings(json_response(StatusCode::OK, &result), &warnings));
             }
             Attempt::Create(body, warnings) => {
                 let created = Box::pin(create(shared, ctx, body, true)).await;
-                return created.map(|r| field_validation::with_warnings(r, &warnings));
+                return created.map(|r| with_warnings(r, &warnings));
             }
             Attempt::Admit(pending) => {
                 if let Some(response) = Box::pin(update_admitted(shared, ctx, part, &namespace, *pending)).await? {
@@ -613,10 +552,10 @@ async fn update_admitted(
     let PendingUpdate { current, mut decoded, matched, applied, mut warnings } = pending;
     admission::default_object(&ctx.rt, ctx.version, &mut decoded);
     let mut review = ctx.review(Operation::Update, namespace.to_string(), Some(decoded), Some((*current).clone()));
-    warnings.extend(webhook::mutate(shared, &matched, &mut review).await?);
+    warnings.extend(webhook::mutate(shared.store(), &matched, &mut review).await?);
     let mutated = review.object.take().unwrap_or_default();
     review.object = Some(admission::finish_update(&ctx.rt, ctx.version, &current, mutated, part)?);
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let updated = review.object.take().unwrap_or_default();
     let result = {
         let mut store = shared.lock();
@@ -628,7 +567,7 @@ async fn update_admitted(
         }
         store_update(&mut store, ctx, &current, updated, part, applied.as_ref())?
     };
-    Ok(Some(field_validation::with_warnings(json_response(StatusCode::OK, &result), &warnings)))
+    Ok(Some(with_warnings(json_response(StatusCode::OK, &result), &warnings)))
 }
 
 async fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Result<Response, ApiError> {
@@ -643,93 +582,6 @@ async fn update(shared: &Shared, ctx: &Ctx<'_>, body: Value, part: Part) -> Resu
     })
     .await
 }
-
-/// The patch types we accept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PatchType {
-    Merge,
-    Json,
-    Strategic,
-    Apply,
-}
-
-fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
-    match content_type {
-        "application/merge-patch+json" => Ok(PatchType::Merge),
-        "application/json-patch+json" => Ok(PatchType::Json),
-        "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
-        "application/apply-patch+yaml" | "application/apply-patch+json" => Ok(PatchType::Apply),
-        other => Err(ApiError::unsupported_media_type(
-            other,
-            &[
-                "application/json-patch+json",
-                "application/merge-patch+json",
-                "application/strategic-merge-patch+json",
-                "application/apply-patch+yaml",
-            ],
-        )),
-    }
-}
-
-/// Applies a patch document to a served object.
-pub fn apply_patch(ctx: &Ctx<'_>, kind: PatchKind<'_>, target: &Value, raw: &[u8]) -> Result<Value, ApiError> {
-    let name = ctx.path.name.clone().unwrap_or_default();
-    // Like kube-apiserver: a 422 without object details, so clients print the reason itself.
-    let invalid_patch = |e: String| {
-        ApiError::with_code(422, "Invalid", format!("the patch to {} \"{name}\" could not be applied: {e}", ctx.rt.gr))
-    };
-    let parse_json = |raw: &[u8]| -> Result<Value, ApiError> {
-        serde_json::from_slice(raw).map_err(|e| ApiError::bad_request(format!("the patch is not valid JSON: {e}")))
-    };
-    match kind.0 {
-        PatchType::Merge => {
-            let patch = parse_json(raw)?;
-            if !patch.is_object() {
-                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
-            }
-            let mut out = target.clone();
-            json_patch::merge(&mut out, &patch);
-            Ok(out)
-        }
-        PatchType::Json => {
-            let mut ops = parse_json(raw)?;
-            // kube-apiserver's JSON patch treats `test` against null as passing for an absent path (the finalizer
-            // helper of kube-runtime relies on it); the json-patch crate would fail it.
-            if let Some(list) = ops.as_array_mut() {
-                list.retain(|op| {
-                    !(op["op"] == "test"
-                        && op["value"].is_null()
-                        && op["path"].as_str().is_some_and(|p| target.pointer(p).is_none_or(Value::is_null)))
-                });
-            }
-            let ops: json_patch::Patch = serde_json::from_value(ops)
-                .map_err(|e| ApiError::bad_request(format!("the JSON patch is malformed: {e}")))?;
-            let mut out = target.clone();
-            json_patch::patch(&mut out, &ops).map_err(|e| invalid_patch(e.to_string()))?;
-            Ok(out)
-        }
-        PatchType::Strategic => {
-            let patch = parse_json(raw)?;
-            strategic_merge::apply(target, &patch, kind.1).map_err(|e| invalid_patch(e.to_string()))
-        }
-        PatchType::Apply => {
-            // Simplified server-side apply: the applied configuration is merged like a JSON merge patch;
-            // field ownership (managedFields) and conflicts are not tracked.
-            let patch: Value = serde_yaml::from_slice(raw)
-                .map_err(|e| ApiError::bad_request(format!("the apply configuration is not valid YAML: {e}")))?;
-            if patch.get("apiVersion").is_none() || patch.get("kind").is_none() {
-                return Err(ApiError::bad_request("apply configurations must set apiVersion and kind"));
-            }
-            let mut out = target.clone();
-            json_patch::merge(&mut out, &patch);
-            Ok(out)
-        }
-    }
-}
-
-/// A patch type with the kind it applies to.
-#[derive(Clone, Copy)]
-pub struct PatchKind<'a>(PatchType, &'a str);
 
 async fn patch(shared: &Shared, ctx: &Ctx<'_>, content_type: &str, raw: &[u8]) -> Result<Response, ApiError> {
     let pt = patch_type(content_type)?;
@@ -836,9 +688,7 @@ async fn delete(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> Result<Respo
     let policy = propagation(ctx, options)?;
     let key = ctx.key();
     match delete_one(shared, ctx, &key, options, policy).await? {
-        Some((obj, warnings)) => {
-            Ok(field_validation::with_warnings(json_response(StatusCode::OK, &ctx.output(&obj)), &warnings))
-        }
+        Some((obj, warnings)) => Ok(with_warnings(json_response(StatusCode::OK, &ctx.output(&obj)), &warnings)),
         None => Err(ApiError::not_found(ctx.subject(&key.1))),
     }
 }
@@ -914,8 +764,8 @@ async fn delete_admitted(
         delete_options["dryRun"] = json!(["All"]);
     }
     review.options = delete_options;
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     Ok(warnings)
 }
 
@@ -929,7 +779,7 @@ async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> R
         let mut store = shared.lock();
         let keys: Vec<ObjectKey> = store
             .list(&gr, namespace, None)
-            .filter(|(_, stored)| matches(&labels, &fields, &ctx.output(stored)))
+            .filter(|(_, stored)| selectors::matches(&labels, &fields, &ctx.output(stored)))
             .map(|(k, _)| k.clone())
             .collect();
         if !shared.webhooks.any(&store) {
@@ -953,7 +803,7 @@ async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> R
         }
     }
     let rv = shared.lock().rv();
-    Ok(field_validation::with_warnings(deleted_list(ctx, items, rv), &warnings))
+    Ok(with_warnings(deleted_list(ctx, items, rv), &warnings))
 }
 
 fn deleted(outcome: Option<DeleteOutcome>) -> Option<Arc<Value>> {

@@ -5,6 +5,7 @@
 //! one process. What it does not do (compared with kube-apiserver) is listed in `docs/apiserver.md`.
 
 mod admission;
+mod context;
 mod convert;
 mod discovery;
 pub mod error;
@@ -14,14 +15,17 @@ mod handlers;
 mod managed;
 pub mod object;
 pub mod openapi;
+mod patch;
 pub mod persist;
 pub mod printing;
 mod protobuf;
 mod request;
 pub mod resources;
+mod response;
 pub mod schema;
 pub mod selectors;
 mod server;
+mod state;
 pub mod store;
 pub mod strategic_merge;
 mod subresources;
@@ -29,4 +33,5 @@ mod tls;
 mod watch;
 mod webhook;
 
-pub use server::{ApiServer, ClientError, ServerConfig, Shared, StartError, write_private_file};
+pub use server::{ApiServer, ClientError, StartError, write_private_file};
+pub use state::{ServerConfig, Shared};

@@ -1,4 +1,7 @@
-//! Request paths and query parameters, parsed the way kube-apiserver routes them.
+//! Request paths and query parameters, parsed the way kube-apiserver routes them, and the body read within its
+//! size limit.
+
+use axum::body::Body;
 
 use super::error::ApiError;
 
@@ -168,6 +171,11 @@ pub fn parse_query(query: Option<&str>) -> Result<Query, ApiError> {
         }
     }
     Ok(q)
+}
+
+/// Reads a request body up to `limit` bytes (413 beyond).
+pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))
 }
 
 #[cfg(test)]

@@ -844,6 +844,11 @@ impl fmt::Display for FieldSelector {
     }
 }
 
+/// Whether a served object matches the request's selectors.
+pub fn matches(labels: &LabelSelector, fields: &FieldSelector, served: &Value) -> bool {
+    (labels.is_empty() || labels.matches_object(served)) && (fields.is_empty() || fields.matches(served))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

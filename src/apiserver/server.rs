@@ -1,10 +1,13 @@
-//! The HTTP side: listener (plain or TLS), bearer-token check, body limits, routing to handlers, and what a
-//! started server hands back (its URL, a kubeconfig, a `kube::Client`).
+//! The HTTP side: listener (plain or TLS), bearer-token check, routing to discovery, OpenAPI and the resource
+//! handlers, saving state to disk, and what a started server hands back (its URL, a kubeconfig, a
+//! `kube::Client`).
+//!
+//! The top of the module graph: it imports the request-serving modules, and none of them imports it (the state
+//! they share is `state`'s).
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -18,84 +21,12 @@ use tokio::sync::watch;
 
 use super::error::ApiError;
 use super::faults::{Faults, RequestInfo, Verb};
-use super::handlers::json_response;
 use super::request::{Target, parse_path, parse_query};
 use super::resources::GroupResource;
+use super::response::json_response;
+use super::state::{ServerConfig, Shared};
 use super::store::Store;
 use super::{discovery, handlers, openapi, tls};
-
-/// How a server is started.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Where to listen; port 0 picks a free port.
-    pub listen: SocketAddr,
-    /// Serve HTTPS with a freshly generated certificate instead of plain HTTP.
-    pub tls: bool,
-    /// When set, every request must carry `Authorization: Bearer <token>` (401 otherwise).
-    pub token: Option<String>,
-    /// Events kept per type for watches that resume; older resourceVersions get 410 Gone.
-    pub history_limit: usize,
-    /// Largest accepted request body (413 above).
-    pub max_body_bytes: usize,
-    /// How often watches that asked for bookmarks get one.
-    pub bookmark_interval: Duration,
-    /// Watch duration when the client sets no `timeoutSeconds`.
-    pub default_watch_timeout: Duration,
-    /// Keep state in this directory: loaded at start, saved shortly after changes and at shutdown.
-    pub data_dir: Option<std::path::PathBuf>,
-}
-
-impl Default for ServerConfig {
-    fn default() -> Self {
-        ServerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            tls: false,
-            token: None,
-            history_limit: 1000,
-            max_body_bytes: 3 * 1024 * 1024,
-            bookmark_interval: Duration::from_secs(5),
-            default_watch_timeout: Duration::from_secs(1800),
-            data_dir: None,
-        }
-    }
-}
-
-/// State shared by every request.
-pub struct Shared {
-    store: Mutex<Store>,
-    /// The configuration the server runs with.
-    pub config: ServerConfig,
-    /// Bumped to end every open watch.
-    pub close_watches: watch::Sender<u64>,
-    open_watches: AtomicUsize,
-    address: String,
-    /// Request counters and injected faults.
-    pub faults: Faults,
-    /// OpenAPI documents of the latest registry generation.
-    openapi: openapi::Cache,
-    /// The admission webhook configurations, compiled.
-    pub(crate) webhooks: super::webhook::Cache,
-}
-
-impl Shared {
-    /// The store, locked. A panic while holding the lock does not poison the server.
-    pub fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) fn watch_opened(&self) {
-        self.open_watches.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn watch_closed(&self) {
-        self.open_watches.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// How many watches are open.
-    pub fn open_watches(&self) -> usize {
-        self.open_watches.load(Ordering::Relaxed)
-    }
-}
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -205,17 +136,7 @@ impl ApiServer {
         };
         let scheme = if config.tls { "https" } else { "http" };
         let url = format!("{scheme}://{addr}");
-        let (close_watches, _) = watch::channel(0);
-        let shared = Arc::new(Shared {
-            store: Mutex::new(store),
-            config,
-            close_watches,
-            open_watches: AtomicUsize::new(0),
-            address: addr.to_string(),
-            faults: Faults::default(),
-            openapi: openapi::Cache::default(),
-            webhooks: super::webhook::Cache::default(),
-        });
+        let shared = Arc::new(Shared::new(config, store, addr.to_string()));
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
         let saver =
@@ -381,11 +302,6 @@ async fn serve(
             }
         });
     }
-}
-
-/// Reads a request body up to `limit` bytes (413 beyond).
-pub async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))
 }
 
 fn authorized(shared: &Shared, request: &Request) -> bool {

@@ -4,9 +4,12 @@
 //! All methods run under the server's single lock, so every write is atomic and events are broadcast in
 //! resourceVersion order. Deletion side effects (dependents, namespace content, CRD instances) are processed to
 //! a fixpoint before the lock is released: our GC is synchronous where kube-apiserver's is eventual.
+//!
+//! Imports only the object and type layers (`object`, `resources`): never admission, webhooks or anything
+//! serving requests, which all build on it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -120,6 +123,24 @@ pub struct Expired {
     pub oldest: u64,
 }
 
+/// The API group of the admission webhook configurations: writes to it change [`Store::admission_generation`].
+pub const ADMISSION_GROUP: &str = "admissionregistration.k8s.io";
+
+/// The store behind the server's single lock, shared by every request.
+pub struct SharedStore(Mutex<Store>);
+
+impl SharedStore {
+    /// Puts `store` behind the lock.
+    pub fn new(store: Store) -> Self {
+        SharedStore(Mutex::new(store))
+    }
+
+    /// The store, locked. A panic while holding the lock does not poison the server.
+    pub fn lock(&self) -> MutexGuard<'_, Store> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 /// The store. See the module documentation.
 pub struct Store {
     rv: u64,
@@ -169,7 +190,7 @@ impl Store {
     }
 
     fn note_admission_change(&mut self, gr: &GroupResource) {
-        if gr.group == crate::apiserver::webhook::GROUP {
+        if gr.group == ADMISSION_GROUP {
             self.admission_generation += 1;
         }
     }

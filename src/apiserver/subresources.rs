@@ -1,4 +1,7 @@
 //! The `scale` and `eviction` subresources, and the review kinds (answered, never stored).
+//!
+//! Called by `handlers`, which it must not import: it works from the request context (`context`), the shared
+//! state (`state`) and the patch and response helpers (`patch`, `response`).
 
 use std::sync::Arc;
 
@@ -7,14 +10,16 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::admission::Part;
+use super::context::Ctx;
 use super::error::{ApiError, Subject};
-use super::handlers::{ADMISSION_ATTEMPTS, Ctx, PatchKind, apply_patch, json_response};
 use super::object::{self, get_path, set_path};
+use super::patch::{PatchKind, apply_patch};
 use super::resources::GroupResource;
+use super::response::{json_response, with_warnings};
 use super::selectors::LabelSelector;
-use super::server::Shared;
+use super::state::Shared;
 use super::store::{DeleteOutcome, ObjectKey, Propagation, Store};
-use super::webhook::{self, Operation, Review, RuleInput};
+use super::webhook::{self, ADMISSION_ATTEMPTS, Operation, Review, RuleInput};
 
 /// The `autoscaling/v1` Scale view of an object.
 pub fn scale_view(ctx: &Ctx<'_>, stored: &Value) -> Value {
@@ -161,18 +166,18 @@ async fn scale_admitted(
     if ctx.query.dry_run {
         review.options["dryRun"] = json!(["All"]);
     }
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
     let scale = review.object.as_ref().cloned().unwrap_or_default();
     let replicas = wanted_replicas(ctx, &scale, &current)?;
     let prepared = scaled(ctx, &current, replicas)?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let mut store = shared.lock();
     let latest = ctx.require(&store)?;
     if !Arc::ptr_eq(&latest, &current) {
         return Ok(None);
     }
     let response = store_scaled(&mut store, ctx, current, prepared);
-    Ok(Some(super::field_validation::with_warnings(response, &warnings)))
+    Ok(Some(with_warnings(response, &warnings)))
 }
 
 /// Answers a review kind (`SelfSubjectAccessReview`, `TokenReview`, ...): everything is allowed, every token
@@ -271,10 +276,10 @@ async fn evict_admitted(
         options: json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}),
         dry_run: ctx.query.dry_run,
     };
-    let mut warnings = webhook::mutate(shared, &matched, &mut review).await?;
-    warnings.extend(webhook::validate(shared, &matched, &review).await?);
+    let mut warnings = webhook::mutate(shared.store(), &matched, &mut review).await?;
+    warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let body = review.object.take().unwrap_or_default();
-    evict_now(shared, ctx, body).map(|r| super::field_validation::with_warnings(r, &warnings))
+    evict_now(shared, ctx, body).map(|r| with_warnings(r, &warnings))
 }
 
 fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, ApiError> {

@@ -3,6 +3,9 @@
 //! A watch starts from a resourceVersion (events after it are replayed from the type's bounded history, or an
 //! `ERROR` event with a 410 `Expired` status tells the client to relist), or from "now" with synthetic `ADDED`
 //! events for every existing object. Bookmarks carry the newest resourceVersion this watch has seen.
+//!
+//! Called by `handlers`, which it must not import: it works from the request context (`context`) and the shared
+//! state (`state`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,14 +18,14 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use super::context::Ctx;
 use super::convert;
 use super::error::ApiError;
-use super::handlers::{Ctx, matches};
 use super::object;
 use super::printing;
 use super::resources::{GroupResource, ResourceType};
-use super::selectors::{FieldSelector, LabelSelector};
-use super::server::Shared;
+use super::selectors::{self, FieldSelector, LabelSelector};
+use super::state::Shared;
 use super::store::{EventType, WatchEvent};
 
 /// Which events a watch wants, and in which form.
@@ -52,8 +55,8 @@ impl Filter {
             return false;
         }
         match self.served(stored) {
-            Some(served) => matches(&self.labels, &self.fields, &served),
-            None => matches(&self.labels, &self.fields, stored),
+            Some(served) => selectors::matches(&self.labels, &self.fields, &served),
+            None => selectors::matches(&self.labels, &self.fields, stored),
         }
     }
 

@@ -6,6 +6,9 @@
 //! webhooks one after the other ([`mutate`]), run the server's own validation, call the validating webhooks
 //! concurrently ([`validate`]) and commit under the lock again. What is simplified is listed in
 //! `docs/apiserver.md`.
+//!
+//! Below the server's state (`state` holds the [`Cache`]): calls get the store itself ([`SharedStore`], to
+//! resolve Services), and this module must not import `state`, `handlers` or `server`.
 
 mod call;
 mod rules;
@@ -26,12 +29,12 @@ use super::error::{ApiError, Subject};
 use super::object;
 use super::resources::{GroupResource, ResourceType};
 use super::selectors::LabelSelector;
-use super::server::Shared;
-use super::store::Store;
+use super::store::{ADMISSION_GROUP, SharedStore, Store};
 use call::{Answer, ConfigError, Target};
 
-/// The API group of the webhook configurations.
-pub const GROUP: &str = "admissionregistration.k8s.io";
+/// Attempts at a write whose object changed while webhooks were being called (kube-apiserver's patch handler
+/// retries as often).
+pub const ADMISSION_ATTEMPTS: usize = 5;
 
 /// Resources of the admission group that are never sent to webhooks (kube-apiserver exempts them, so a broken
 /// webhook can always be removed).
@@ -121,7 +124,8 @@ impl Set {
     fn compile(store: &Store) -> Self {
         let mut set = Set::default();
         // The store lists by (namespace, name): configurations come sorted by name.
-        for (_, stored) in store.list(&GroupResource::new(GROUP, "mutatingwebhookconfigurations"), None, None) {
+        for (_, stored) in store.list(&GroupResource::new(ADMISSION_GROUP, "mutatingwebhookconfigurations"), None, None)
+        {
             match serde_json::from_value::<MutatingWebhookConfiguration>((**stored).clone()) {
                 Ok(config) => {
                     let hooks = config.webhooks.unwrap_or_default().into_iter();
@@ -132,7 +136,9 @@ impl Set {
                 }
             }
         }
-        for (_, stored) in store.list(&GroupResource::new(GROUP, "validatingwebhookconfigurations"), None, None) {
+        for (_, stored) in
+            store.list(&GroupResource::new(ADMISSION_GROUP, "validatingwebhookconfigurations"), None, None)
+        {
             match serde_json::from_value::<ValidatingWebhookConfiguration>((**stored).clone()) {
                 Ok(config) => {
                     let hooks = config.webhooks.unwrap_or_default().into_iter().map(|w| MutatingWebhook {
@@ -216,7 +222,7 @@ impl Cache {
     /// The webhooks whose rules name the request, or `None` when there are none. Called under the store lock.
     pub fn matching(&self, store: &Store, rt: &ResourceType, input: &RuleInput<'_>) -> Option<Matched> {
         let set = self.set(store)?;
-        if set.is_empty() || (rt.gr.group == GROUP && EXEMPT.contains(&rt.gr.resource.as_str())) {
+        if set.is_empty() || (rt.gr.group == ADMISSION_GROUP && EXEMPT.contains(&rt.gr.resource.as_str())) {
             return None;
         }
         let pick = |hooks: &[Arc<Hook>]| -> Vec<(Arc<Hook>, String)> {
@@ -385,8 +391,8 @@ fn selected(hook: &Hook, matched: &Matched, review: &Review) -> Result<bool, Api
 }
 
 /// Resolves a Service reference under the store lock.
-fn resolve(shared: &Shared, namespace: &str, name: &str, port: i32) -> Result<std::net::SocketAddr, String> {
-    let store = shared.lock();
+fn resolve(store: &SharedStore, namespace: &str, name: &str, port: i32) -> Result<std::net::SocketAddr, String> {
+    let store = store.lock();
     let service = store.get(&GroupResource::new("", "services"), &(namespace.to_string(), name.to_string()));
     let slices: Vec<Arc<Value>> = store
         .list(&GroupResource::new("discovery.k8s.io", "endpointslices"), Some(namespace), None)
@@ -402,7 +408,7 @@ fn resolve(shared: &Shared, namespace: &str, name: &str, port: i32) -> Result<st
 }
 
 /// One call; `Err` is a failed call worded for `failed calling webhook "<name>": ...`.
-async fn attempt(shared: &Shared, hook: &Hook, version: &str, review: &Review) -> Result<Answer, String> {
+async fn attempt(store: &SharedStore, hook: &Hook, version: &str, review: &Review) -> Result<Answer, String> {
     if !hook.accepts_v1 {
         return Err("webhook does not accept v1 AdmissionReview (the only version the embedded server sends)".into());
     }
@@ -413,7 +419,7 @@ async fn attempt(shared: &Shared, hook: &Hook, version: &str, review: &Review) -
     let connect = match target {
         Target::Url { authority, .. } => authority.clone(),
         Target::Service { namespace, name, port, .. } => {
-            resolve(shared, namespace, name, *port).map_err(failed)?.to_string()
+            resolve(store, namespace, name, *port).map_err(failed)?.to_string()
         }
     };
     let uid = uuid::Uuid::new_v4().to_string();
@@ -430,11 +436,16 @@ async fn attempt(shared: &Shared, hook: &Hook, version: &str, review: &Review) -
 }
 
 /// One call with the failure policy applied: `None` when a failure is ignored.
-async fn call_hook(shared: &Shared, hook: &Hook, version: &str, review: &Review) -> Result<Option<Answer>, ApiError> {
+async fn call_hook(
+    store: &SharedStore,
+    hook: &Hook,
+    version: &str,
+    review: &Review,
+) -> Result<Option<Answer>, ApiError> {
     if review.dry_run && !hook.dry_run_safe {
         return Err(ApiError::bad_request(format!("admission webhook \"{}\" does not support dry run", hook.name)));
     }
-    match attempt(shared, hook, version, review).await {
+    match attempt(store, hook, version, review).await {
         Ok(answer) => Ok(Some(answer)),
         Err(reason) => {
             let message = format!("failed calling webhook \"{}\": {reason}", hook.name);
@@ -450,13 +461,13 @@ async fn call_hook(shared: &Shared, hook: &Hook, version: &str, review: &Review)
 
 /// Calls the matched mutating webhooks in order, each seeing the previous ones' patches; `review.object` ends
 /// as the mutated object (stored form). Returns the webhooks' warnings.
-pub async fn mutate(shared: &Shared, matched: &Matched, review: &mut Review) -> Result<Vec<String>, ApiError> {
+pub async fn mutate(store: &SharedStore, matched: &Matched, review: &mut Review) -> Result<Vec<String>, ApiError> {
     let mut warnings = Vec::new();
     for (hook, version) in &matched.mutating {
         if !selected(hook, matched, review)? {
             continue;
         }
-        match call_hook(shared, hook, version, review).await? {
+        match call_hook(store, hook, version, review).await? {
             None => {}
             Some(Answer::Denied { status, .. }) => return Err(denied(&hook.name, status)),
             Some(Answer::Allowed { patch, warnings: more }) => {
@@ -480,7 +491,7 @@ pub async fn mutate(shared: &Shared, matched: &Matched, review: &mut Review) -> 
 
 /// Calls the matched validating webhooks concurrently; the first denial or failure (in configuration order)
 /// fails the request. Returns the webhooks' warnings.
-pub async fn validate(shared: &Shared, matched: &Matched, review: &Review) -> Result<Vec<String>, ApiError> {
+pub async fn validate(store: &SharedStore, matched: &Matched, review: &Review) -> Result<Vec<String>, ApiError> {
     let mut chosen = Vec::new();
     for (hook, version) in &matched.validating {
         if selected(hook, matched, review)? {
@@ -488,7 +499,7 @@ pub async fn validate(shared: &Shared, matched: &Matched, review: &Review) -> Re
         }
     }
     let answers =
-        futures::future::join_all(chosen.iter().map(|(hook, version)| call_hook(shared, hook, version, review))).await;
+        futures::future::join_all(chosen.iter().map(|(hook, version)| call_hook(store, hook, version, review))).await;
     let mut warnings = Vec::new();
     for ((hook, _), answer) in chosen.iter().zip(answers) {
         match answer? {
