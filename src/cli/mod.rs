@@ -141,7 +141,7 @@ pub enum CliError {
     /// The `--config` file cannot be used.
     #[error(transparent)]
     Config(#[from] crate::run::config::ConfigError),
-    /// `--log-level` is not a filter.
+    /// `--log-level` or `RUST_LOG` is not a filter.
     #[error(transparent)]
     LogLevel(#[from] crate::telemetry::logging::LogLevelError),
     /// `mcm migrate` failed or was refused.
@@ -195,7 +195,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Bench(BenchCommand::Apiserver { objects, watchers, parallel }) => {
-            init_logging();
+            init_logging()?;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let sizes = crate::bench::ApiserverBench { objects, watchers, parallel };
@@ -204,7 +204,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             write_out(&mut out, &report)
         }
         Command::Bench(BenchCommand::Machines { machines, deployments, surge_percent, timeout }) => {
-            init_logging();
+            init_logging()?;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let sizes = crate::bench::MachinesBench { machines, deployments, surge_percent, timeout: timeout.0 };
@@ -213,7 +213,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             write_out(&mut out, &report)
         }
         Command::Dev(args) => {
-            init_logging();
+            init_logging()?;
             let mut controllers = args.controllers.options();
             args.manager.apply(&mut controllers);
             // `mcm dev` is a cluster without upstream CAPI core: ours reconciles the cluster.x-k8s.io objects.
@@ -236,7 +236,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Migrate(command) => {
-            init_logging();
+            init_logging()?;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let mut out = std::io::stdout();
@@ -250,18 +250,11 @@ fn execute(cli: Cli) -> Result<(), CliError> {
     }
 }
 
-/// Logs to standard error; `RUST_LOG` chooses what (default: warnings).
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    // Cloud SDKs log credentials at debug or trace level; a broad RUST_LOG=debug must not print them.
-    // The AWS SDK logs the access key ID at debug level.
-    #[cfg(feature = "aws")]
-    let filter = crate::providers::aws::quiet_sdk_logs(filter, &std::env::var("RUST_LOG").unwrap_or_default());
-    // azure_core prints the bearer token with each request at trace level.
-    #[cfg(feature = "azure")]
-    let filter = crate::providers::azure::quiet_sdk_logs(filter, &std::env::var("RUST_LOG").unwrap_or_default());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+/// Logs as text to standard error for the commands without `--log-level`: `RUST_LOG` chooses what (default:
+/// warnings), through the one initialiser `mcm run` uses.
+fn init_logging() -> Result<(), CliError> {
+    crate::telemetry::logging::init(crate::telemetry::logging::LogFormat::Text, "warn")?;
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

@@ -100,9 +100,42 @@ impl DriverRegistry {
     }
 }
 
+/// The log targets of every cloud SDK compiled into this binary (each driver's `QUIET_SDK_TARGETS`, behind its
+/// cargo feature) that print credentials, tokens or user data below `info`. A new driver adds its list here, next
+/// to [`DriverRegistry::register_cloud_drivers`].
+pub fn quiet_sdk_targets() -> Vec<&'static str> {
+    let per_sdk: &[&[&str]] = &[
+        #[cfg(feature = "aws")]
+        aws::QUIET_SDK_TARGETS,
+        #[cfg(feature = "azure")]
+        azure::QUIET_SDK_TARGETS,
+        #[cfg(feature = "gcp")]
+        gcp::QUIET_SDK_TARGETS,
+    ];
+    per_sdk.concat()
+}
+
+/// `target=info` for each of [`quiet_sdk_targets`] that `filter` (the log filter in use, `RUST_LOG` or
+/// `--log-level`) does not mention: added to that filter, they hold the SDKs at `info` however broad it is, while
+/// naming a target (`RUST_LOG=debug,aws_smithy_runtime=debug`) still shows its output.
+pub fn quiet_sdk_directives(filter: &str) -> Vec<tracing_subscriber::filter::Directive> {
+    quiet_directives(&quiet_sdk_targets(), filter).collect()
+}
+
+/// `target=info` for each of `targets` that `filter` does not mention.
+fn quiet_directives<'a>(
+    targets: &'a [&'a str],
+    filter: &'a str,
+) -> impl Iterator<Item = tracing_subscriber::filter::Directive> + 'a {
+    targets
+        .iter()
+        .filter(move |target| !filter.contains(**target))
+        .filter_map(|target| format!("{target}=info").parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::DriverRegistry;
+    use super::{DriverRegistry, quiet_sdk_directives, quiet_sdk_targets};
 
     #[test]
     fn the_cloud_drivers_of_the_build_are_registered() {
@@ -114,5 +147,27 @@ mod tests {
             assert_eq!(registry.get(provider).is_ok(), on, "{provider}");
         }
         assert!(registry.get("InMemory").is_err(), "the in-memory cloud is registered by whoever owns one");
+    }
+
+    #[test]
+    fn every_compiled_sdk_is_held_at_info_unless_named() {
+        let targets = quiet_sdk_targets();
+        let expected: Vec<String> = targets.iter().map(|t| format!("{t}=info")).collect();
+        let all: Vec<String> = quiet_sdk_directives("trace").iter().map(ToString::to_string).collect();
+        assert_eq!(all, expected, "every target parses as a directive");
+        for (on, target) in [
+            (cfg!(feature = "aws"), "aws_smithy_runtime"),
+            (cfg!(feature = "aws"), "aws_sigv4"),
+            (cfg!(feature = "azure"), "azure_core"),
+            (cfg!(feature = "gcp"), "google_cloud_compute_v1"),
+        ] {
+            assert_eq!(targets.contains(&target), on, "{target}");
+            if on {
+                let named: Vec<String> =
+                    quiet_sdk_directives(&format!("info,{target}=trace")).iter().map(ToString::to_string).collect();
+                assert!(!named.contains(&format!("{target}=info")), "{target} named: {named:?}");
+                assert_eq!(named.len(), expected.len() - 1, "only {target} is let through: {named:?}");
+            }
+        }
     }
 }

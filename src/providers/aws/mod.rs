@@ -22,16 +22,14 @@ pub use instance_types::{InstanceCapacity, capacity};
 pub use request::CSI_DRIVER;
 pub use spec::ProviderSpec;
 
-/// Log targets capped at `info` unless `RUST_LOG` names them: at debug level the SDK's orchestrator prints the
-/// request identity, access key ID included.
-pub const QUIET_SDK_TARGETS: &[&str] = &["aws_smithy_runtime", "aws_smithy_runtime_api", "aws_config"];
+/// Log targets capped at `info` unless the log filter names them: at debug level the SDK's orchestrator prints the
+/// request identity, access key ID included; at trace level aws-sigv4 prints the signing parameters and the
+/// canonical request, whose `x-amz-security-token` header is the session token of temporary credentials.
+pub const QUIET_SDK_TARGETS: &[&str] =
+    &["aws_smithy_runtime", "aws_smithy_runtime_api", "aws_config", "aws_sigv4", "aws_runtime"];
 
-/// `filter` with [`QUIET_SDK_TARGETS`] capped at `info`, except those `rust_log` (the `RUST_LOG` text) mentions,
+/// `filter` with [`QUIET_SDK_TARGETS`] capped at `info`, except those `rust_log` (the filter text) mentions,
 /// so asking for the SDK's debug output explicitly still works.
 pub fn quiet_sdk_logs(filter: tracing_subscriber::EnvFilter, rust_log: &str) -> tracing_subscriber::EnvFilter {
-    QUIET_SDK_TARGETS
-        .iter()
-        .filter(|target| !rust_log.contains(*target))
-        .filter_map(|target| format!("{target}=info").parse().ok())
-        .fold(filter, |filter, directive| filter.add_directive(directive))
+    super::quiet_directives(QUIET_SDK_TARGETS, rust_log).fold(filter, tracing_subscriber::EnvFilter::add_directive)
 }

@@ -20,16 +20,12 @@ pub use driver::{AzureDriver, AzureSettings, PROVIDER};
 pub use request::CSI_DRIVER;
 pub use spec::ProviderSpec;
 
-/// Log targets capped at `info` unless `RUST_LOG` names them: at trace level azure_core 0.21 prints each request
+/// Log targets capped at `info` unless the log filter names them: at trace level azure_core 0.21 prints each request
 /// with its headers, and its header redaction is inverted (it shows `Authorization`, the bearer token, and hides
 /// the rest).
 pub const QUIET_SDK_TARGETS: &[&str] = &["azure_core", "azure_identity", "azure_mgmt_compute", "azure_mgmt_network"];
 
-/// `filter` with [`QUIET_SDK_TARGETS`] capped at `info`, except those `rust_log` (the `RUST_LOG` text) mentions.
+/// `filter` with [`QUIET_SDK_TARGETS`] capped at `info`, except those `rust_log` (the filter text) mentions.
 pub fn quiet_sdk_logs(filter: tracing_subscriber::EnvFilter, rust_log: &str) -> tracing_subscriber::EnvFilter {
-    QUIET_SDK_TARGETS
-        .iter()
-        .filter(|target| !rust_log.contains(*target))
-        .filter_map(|target| format!("{target}=info").parse().ok())
-        .fold(filter, |filter, directive| filter.add_directive(directive))
+    super::quiet_directives(QUIET_SDK_TARGETS, rust_log).fold(filter, tracing_subscriber::EnvFilter::add_directive)
 }

@@ -18,3 +18,14 @@ pub mod spec;
 pub use driver::{GcpDriver, GcpSettings, PROVIDER};
 pub use request::CSI_DRIVER;
 pub use spec::ProviderSpec;
+
+/// Log targets capped at `info` unless the log filter names them. google-cloud-auth logs nothing; with
+/// `GOOGLE_CLOUD_RUST_LOGGING=true` the Compute client wraps every call in a debug-level span holding the request
+/// (an instance insert carries the user data, the node's bootstrap token) and logs the response at debug level.
+pub const QUIET_SDK_TARGETS: &[&str] = &[
+    "google_cloud_compute_v1",
+    "google_cloud_gax",
+    "google_cloud_gax_internal",
+    "google_cloud_auth",
+    "google_cloud_lro",
+];

@@ -158,7 +158,8 @@ impl McmRun {
         self.lines().iter().any(|l| l.contains(text))
     }
 
-    fn logs(&self) -> String {
+    /// Its standard error so far.
+    pub(crate) fn logs(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 

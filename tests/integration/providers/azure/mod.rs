@@ -4,6 +4,7 @@
 
 mod fake;
 mod machines;
+mod run;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
