@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 
-use super::safety::FreezeFlag;
+use super::freeze::FreezeFlag;
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::status::{EventSpec, Severity};
 use crate::lifecycle::{MachineConfig, RetryClass};

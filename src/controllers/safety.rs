@@ -15,7 +15,6 @@
 use std::collections::{BTreeSet, HashSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{FutureExt, Stream, StreamExt};
 use jiff::Timestamp;
@@ -23,7 +22,6 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use prometheus_client::metrics::gauge::Gauge;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -50,41 +48,6 @@ pub const FROZEN_METRIC: &str = "mcm_machine_controller_frozen";
 
 /// The object the probes GET; it need not exist (NotFound means the API server answered).
 const PROBE_OBJECT: &str = "mcm-safety-apiserver-probe";
-
-/// The freeze as the controllers see it: set by the probe task, read by every machine reconcile.
-#[derive(Default)]
-pub(crate) struct FreezeFlag {
-    frozen: AtomicBool,
-    /// A probe failed and no probe has succeeded since: not frozen yet, but no time for orphan collection.
-    suspect: AtomicBool,
-    gauge: Gauge,
-}
-
-impl FreezeFlag {
-    /// Whether machine reconciles are held.
-    pub(crate) fn frozen(&self) -> bool {
-        self.frozen.load(Ordering::SeqCst)
-    }
-
-    /// The gauge mirroring [`FreezeFlag::frozen`].
-    pub(crate) fn gauge(&self) -> Gauge {
-        self.gauge.clone()
-    }
-
-    fn set_frozen(&self, frozen: bool) {
-        self.frozen.store(frozen, Ordering::SeqCst);
-        self.gauge.set(i64::from(frozen));
-    }
-
-    fn set_suspect(&self, suspect: bool) {
-        self.suspect.store(suspect, Ordering::SeqCst);
-    }
-
-    /// Whether the API servers looked fine at the last probe (always, without probes).
-    fn calm(&self) -> bool {
-        !self.frozen() && !self.suspect.load(Ordering::SeqCst)
-    }
-}
 
 /// The orphan collection's wake-ups from Machine notices: a deletion, or a description newly containing
 /// `OutOfRange` (a first sight with it counts, so a restart does not miss one). Each item names the reason.

@@ -36,11 +36,12 @@ use kube::{Client, ResourceExt};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::ControllerOptions;
 use super::context::{RetryBook, lock};
 use super::informer::{Informer, Notice};
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
-use super::{ControllerOptions, refs, scoped};
+use super::triggers::{refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;

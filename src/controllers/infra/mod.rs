@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use super::context::{RetryBook, key_of};
 use super::informer::{Informer, Notice};
 use super::tasks::{Tasks, controller, on_stop};
-use super::{refs, scoped};
+use super::triggers::{refs, scoped};
 use crate::api::capi;
 use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;

@@ -34,10 +34,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
+use super::ControllerOptions;
 use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
 use super::tasks::{controller, on_stop};
-use super::{ControllerOptions, hash_of, refs, scoped};
+use super::triggers::{hash_of, refs, scoped};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME, PRESERVE};
