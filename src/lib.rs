@@ -12,6 +12,7 @@ pub mod convert;
 pub mod dev;
 pub mod drain;
 pub mod lifecycle;
+pub mod metrics;
 pub mod migrate;
 pub mod providers;
 pub mod run;

@@ -26,7 +26,6 @@ mod informer;
 mod infra;
 mod machine;
 mod machine_class;
-mod metrics;
 mod replicas;
 mod requeue;
 mod safety;
@@ -54,10 +53,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub use crate::metrics::ReconcileMetrics;
 pub use capi::{UPSTREAM_CORE_FINALIZERS, held_by_upstream_core};
 pub use error::Error;
 pub use infra::{InfraControllers, InfraOptions};
-pub use metrics::ReconcileMetrics;
 pub use safety::FROZEN_METRIC;
 pub use sets::SetOptions;
 
@@ -214,7 +213,7 @@ impl Controllers {
                 .with_config(config.clone())
                 .graceful_shutdown_on(shutdown())
                 .run(
-                    metrics::timed(&options.metrics, "machine", machine::reconcile),
+                    crate::metrics::timed(&options.metrics, "machine", machine::reconcile),
                     machine::error_policy,
                     ctx.clone(),
                 )
@@ -232,7 +231,7 @@ impl Controllers {
             deleting,
             config.clone(),
             shutdown(),
-            metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
+            crate::metrics::timed(&options.metrics, "machine-termination", termination::reconcile),
             termination::error_policy,
             ctx.clone(),
         );
@@ -244,7 +243,7 @@ impl Controllers {
             class_triggers,
             config.clone(),
             shutdown(),
-            metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
+            crate::metrics::timed(&options.metrics, "machineclass", machine_class::reconcile),
             machine_class::error_policy,
             ctx.clone(),
         );
@@ -256,7 +255,7 @@ impl Controllers {
             secret_triggers,
             config,
             shutdown(),
-            metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
+            crate::metrics::timed(&options.metrics, "secret", machine_class::reconcile_secret),
             machine_class::error_policy,
             ctx.clone(),
         );

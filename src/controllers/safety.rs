@@ -44,7 +44,7 @@ use crate::lifecycle::status::{self, EventSpec};
 use crate::providers::{Code, Driver, DriverError, ListMachinesRequest, MachineInfo, MachineRequest};
 
 /// The gauge's name (MCM's): 1 while machine reconciles are frozen.
-pub const FROZEN_METRIC: &str = "mcm_machine_controller_frozen";
+pub use crate::metrics::FROZEN_METRIC;
 
 /// The object the probes GET; it need not exist (NotFound means the API server answered).
 const PROBE_OBJECT: &str = "mcm-safety-apiserver-probe";

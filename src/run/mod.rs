@@ -22,9 +22,10 @@ use tokio::sync::watch;
 use crate::controllers::{
     CONTROLLER_NAMES, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
 };
+use crate::metrics::{self, Metrics};
 use crate::providers::DriverRegistry;
 use crate::telemetry::leader::{self, LeaderConfig, Leadership};
-use crate::telemetry::{self, Health, Metrics, RateLimit, RateLimitLayer};
+use crate::telemetry::{self, Health, RateLimit, RateLimitLayer};
 
 /// Which target cluster Nodes live in.
 #[derive(Clone, Debug, PartialEq)]
@@ -205,7 +206,7 @@ fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
         drivers.register(Arc::new(crate::providers::inmemory::remote::RemoteDriver::new(url)));
     }
     // Metered inside the limit: latencies are the cloud's, not the wait for a token.
-    let metered = telemetry::metered(&drivers, &metrics.cloud);
+    let metered = metrics::metered(&drivers, &metrics.cloud);
     let limit = options.cloud_rate_limit;
     crate::providers::limit::rate_limited(&metered, limit.qps, limit.burst)
 }

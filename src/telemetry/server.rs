@@ -12,7 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::task::JoinHandle;
 
-use super::Metrics;
+use crate::metrics::Metrics;
 
 /// What `/readyz` answers from. Clones share the flags.
 #[derive(Clone, Debug, Default)]

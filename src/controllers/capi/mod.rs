@@ -320,7 +320,7 @@ pub(crate) fn start(
         set_triggers,
         config.clone(),
         shutdown(),
-        super::metrics::timed(&options.metrics, "capi-machineset", machine_set::reconcile),
+        crate::metrics::timed(&options.metrics, "capi-machineset", machine_set::reconcile),
         machine_set::error_policy,
         ctx.clone(),
     );
@@ -334,7 +334,7 @@ pub(crate) fn start(
         deployment_triggers,
         config.clone(),
         shutdown(),
-        super::metrics::timed(&options.metrics, "capi-machinedeployment", machine_deployment::reconcile),
+        crate::metrics::timed(&options.metrics, "capi-machinedeployment", machine_deployment::reconcile),
         machine_deployment::error_policy,
         ctx.clone(),
     );
@@ -348,7 +348,7 @@ pub(crate) fn start(
         machine_triggers,
         config.clone(),
         shutdown(),
-        super::metrics::timed(&options.metrics, "capi-machine", machine::reconcile),
+        crate::metrics::timed(&options.metrics, "capi-machine", machine::reconcile),
         machine::error_policy,
         ctx.clone(),
     );

@@ -182,7 +182,7 @@ impl InfraControllers {
             machine_triggers,
             ControllerConfig::default().concurrency(options.machine_concurrency.max(1)),
             shutdown(),
-            super::metrics::timed(&options.metrics, "mcmmachine", machine::reconcile),
+            crate::metrics::timed(&options.metrics, "mcmmachine", machine::reconcile),
             machine::error_policy,
             ctx.clone(),
         );
@@ -201,7 +201,7 @@ impl InfraControllers {
             cluster_triggers,
             ControllerConfig::default().concurrency(options.cluster_concurrency.max(1)),
             shutdown(),
-            super::metrics::timed(&options.metrics, "mcmcluster", cluster::reconcile),
+            crate::metrics::timed(&options.metrics, "mcmcluster", cluster::reconcile),
             cluster::error_policy,
             cluster_ctx,
         );
@@ -220,7 +220,7 @@ impl InfraControllers {
             template_triggers,
             ControllerConfig::default().concurrency(options.template_concurrency.max(1)),
             shutdown(),
-            super::metrics::timed(&options.metrics, "mcmmachinetemplate", template::reconcile),
+            crate::metrics::timed(&options.metrics, "mcmmachinetemplate", template::reconcile),
             template::error_policy,
             template_ctx,
         );

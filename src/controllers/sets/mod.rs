@@ -162,7 +162,7 @@ pub(crate) fn start(
         set_triggers,
         config.clone(),
         shutdown(),
-        super::metrics::timed(&options.metrics, "machineset", machine_set::reconcile),
+        crate::metrics::timed(&options.metrics, "machineset", machine_set::reconcile),
         machine_set::error_policy,
         ctx.clone(),
     );
@@ -173,7 +173,7 @@ pub(crate) fn start(
         deployment_triggers,
         config,
         shutdown(),
-        super::metrics::timed(&options.metrics, "machinedeployment", machine_deployment::reconcile),
+        crate::metrics::timed(&options.metrics, "machinedeployment", machine_deployment::reconcile),
         machine_deployment::error_policy,
         ctx.clone(),
     );

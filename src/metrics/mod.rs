@@ -1,5 +1,8 @@
-//! The metrics registry of `mcm run` and the cloud call families the [`MeteredDriver`](super::MeteredDriver)
-//! fills.
+//! Every metric we export, in one place: the registry of `mcm run` ([`Metrics`]), the cloud call families the
+//! [`MeteredDriver`] fills, the object gauges ([`ObjectMetrics`]: MCM's `mcm_*` names) and the reconcile and drain
+//! families the controllers fill ([`ReconcileMetrics`]).
+//!
+//! Imports `api` and the driver contract of `providers`; `controllers`, `telemetry` and the programs import it.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +13,16 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::objects::ObjectMetrics;
+mod driver;
+mod objects;
+mod reconcile;
+
+pub use driver::{MeteredDriver, metered};
+pub use objects::ObjectMetrics;
+pub use reconcile::{ReconcileMetrics, timed};
+
+/// The gauge that is 1 while machine reconciles are frozen (MCM's safety controller).
+pub const FROZEN_METRIC: &str = "mcm_machine_controller_frozen";
 
 /// Labels of a driver call.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::metrics::{CallLabels, CloudMetrics, CodeLabels, FailedLabels, LifecycleLabels};
+use super::{CallLabels, CloudMetrics, CodeLabels, FailedLabels, LifecycleLabels};
 use crate::providers::{
     CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, DriverRegistry, GetVolumeIdsRequest,
     InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse,
@@ -136,7 +136,7 @@ mod tests {
         let cloud = InMemoryCloud::with_seed(1);
         let mut drivers = DriverRegistry::new();
         drivers.register(Arc::new(InMemoryDriver::new(cloud.clone())));
-        let metrics = super::super::Metrics::new();
+        let metrics = crate::metrics::Metrics::new();
         let drivers = metered(&drivers, &metrics.cloud);
         let driver = drivers.get("InMemory").unwrap();
         let template: crate::api::mcm::NodeTemplateSpec = serde_json::from_value(serde_json::json!({

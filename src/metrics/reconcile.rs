@@ -95,7 +95,7 @@ impl ReconcileMetrics {
     }
 
     /// Records a finished drain of `machine`'s Node.
-    pub(crate) fn drained(&self, machine: &crate::api::mcm::Machine, took: std::time::Duration) {
+    pub fn drained(&self, machine: &crate::api::mcm::Machine, took: std::time::Duration) {
         let meta = &machine.metadata;
         let labels = DrainLabels {
             namespace: meta.namespace.clone().unwrap_or_default(),
@@ -124,7 +124,7 @@ impl Drop for Running {
 
 /// `reconcile`, timed and counted under `controller`, inside a `reconcile` span carrying the controller and the
 /// object key (`namespace/name`), so every log line of the reconcile names its object.
-pub(crate) fn timed<K, C, E, F, Fut>(
+pub fn timed<K, C, E, F, Fut>(
     metrics: &ReconcileMetrics,
     controller: &'static str,
     reconcile: F,

@@ -155,7 +155,7 @@ impl Collector for ObjectMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let stores = self.stores.lock().map(|s| s.clone()).unwrap_or_default();
         let frozen = self.frozen.lock().ok().and_then(|g| g.as_ref().map(Gauge::get)).unwrap_or(0);
-        single(&mut encoder, crate::controllers::FROZEN_METRIC, "1 while machine reconciles are frozen", frozen)?;
+        single(&mut encoder, super::FROZEN_METRIC, "1 while machine reconciles are frozen", frozen)?;
 
         if let Some(machines) = stores.machines {
             let machines = machines.state();
@@ -271,7 +271,7 @@ mod tests {
 
     #[test]
     fn frozen_gauge_shows_the_slot() {
-        let metrics = super::super::Metrics::new();
+        let metrics = crate::metrics::Metrics::new();
         assert!(metrics.encode().contains("mcm_machine_controller_frozen 0"));
         let gauge = Gauge::default();
         gauge.set(1);
