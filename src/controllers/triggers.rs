@@ -2,11 +2,12 @@
 //! controller reconciles (a Node to its machines, a machine to its class, a class to its secrets), filtered so
 //! heartbeats and other irrelevant changes wake nobody.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Client, Resource, ResourceExt};
 use tokio::sync::mpsc;
@@ -15,7 +16,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::context;
 use super::informer::{Changed, Informer, Notice};
 use crate::api::mcm::{Machine, MachineClass};
+use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::class;
+use crate::lifecycle::machine_deployment::validation::selector_matches;
 use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 
 /// An `Api` over one namespace, or over all of them.
@@ -180,4 +183,45 @@ pub(super) fn secret_triggers(
         all.into_iter().map(|(ns, name)| ObjectRef::new(&name).within(&ns)).collect::<Vec<_>>()
     });
     stream::select_all([own.boxed(), by_class.boxed()])
+}
+
+/// The controller of `meta` when it is of `kind` (and, with `group`, of that API group): its namespace and name.
+pub(super) fn controller_named(meta: &ObjectMeta, kind: &str, group: Option<&str>) -> Option<(String, String)> {
+    controller_of(meta)
+        .filter(|r| r.kind == kind && group.is_none_or(|g| r.api_version.starts_with(g)))
+        .map(|r| (meta.namespace.clone().unwrap_or_default(), r.name.clone()))
+}
+
+/// The owners of kind `kind` a child concerns: its controller, or (an orphan) every owner of its namespace whose
+/// non-empty selector matches its labels, which may adopt it. A set for a machine, a deployment for a set, in
+/// either flavour.
+pub(super) fn owners_of<O>(
+    store: &Store<O>,
+    child: &ObjectMeta,
+    kind: &str,
+    group: Option<&str>,
+    selector: impl Fn(&O) -> Option<&LabelSelector>,
+) -> Vec<ObjectRef<O>>
+where
+    O: Resource<DynamicType = ()> + Clone + 'static,
+{
+    if controller_of(child).is_some() {
+        return controller_named(child, kind, group)
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+            .into_iter()
+            .collect();
+    }
+    let empty = BTreeMap::new();
+    let labels = child.labels.as_ref().unwrap_or(&empty);
+    store
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace == child.namespace)
+        .filter(|o| selector(o).is_some_and(|s| !is_empty_selector(s) && selector_matches(s, labels)))
+        .map(|o| ObjectRef::from_obj(&**o))
+        .collect()
+}
+
+fn is_empty_selector(s: &LabelSelector) -> bool {
+    s.match_labels.as_ref().is_none_or(|l| l.is_empty()) && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
 }

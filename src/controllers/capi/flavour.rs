@@ -29,6 +29,7 @@ use crate::api::capi::{
 };
 use crate::api::infra::{MCMMachine, MCMMachineTemplate};
 use crate::api::mcm;
+use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
@@ -63,6 +64,7 @@ impl Flavour for CapiContext {
     type CreateContext = MCMMachineTemplate;
 
     const DEPLOYMENT_FINALIZER: &'static str = DEPLOYMENT_FINALIZER;
+    const RETRY_PREFIX: &'static str = "capi-";
     const SET_FINALIZER: &'static str = SET_FINALIZER;
 
     fn control(&self) -> &Client {
@@ -70,6 +72,9 @@ impl Flavour for CapiContext {
     }
     fn target(&self) -> Option<&Client> {
         self.target.as_ref()
+    }
+    fn retries(&self) -> &RetryBook {
+        &self.retries
     }
     fn config(&self) -> &MachineConfig {
         &self.config

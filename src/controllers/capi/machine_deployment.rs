@@ -11,9 +11,8 @@ use kube::{Api, ResourceExt};
 use super::CapiContext;
 use super::flavour::DEPLOYMENT_FINALIZER as FINALIZER;
 use crate::api::capi::MachineDeployment;
-use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
-use crate::controllers::replicas::{self, Flavour, settle::Written};
+use crate::controllers::replicas::{self, Flavour};
 use crate::controllers::writes;
 use crate::lifecycle::capi_cluster::deployment_membership_patch;
 use crate::lifecycle::machine_deployment::validation::validate;
@@ -28,7 +27,6 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
     if super::left_to_upstream_core(&ctx, &*d, Some(&ctx.deployment_events), Some(FINALIZER)).await? {
         return Ok(Action::await_change());
     }
-    let key = key_of(&*d);
     let now = Timestamp::now();
     let resync = ctx.config.resync;
     let deleting = d.metadata.deletion_timestamp.is_some();
@@ -50,20 +48,10 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
         // The write's watch event brings the labelled object back; the guarded writes below would conflict now.
         return Ok(Action::await_change());
     }
-    let mut written = Written::default();
-    let result = replicas::deployment::run(&*ctx, &*d, &hub, now, &mut written).await;
-    crate::controllers::replicas::settle(&*ctx, written, &key).await;
-    let next = result?;
-    ctx.retries.reset(&format!("capi-deployment:{key}"));
-    Ok(match next {
-        Some(after) => Action::requeue(after.min(resync)),
-        None => Action::await_change(),
-    })
+    replicas::deployment_pass(&*ctx, &*d, &hub, now).await
 }
 
 /// After an API error: back off per deployment.
 pub(super) fn error_policy(d: Arc<MachineDeployment>, error: &Error, ctx: Arc<CapiContext>) -> Action {
-    let key = key_of(&*d);
-    crate::controllers::error::log_reconcile_failure!(error, machine_deployment = %key);
-    Action::requeue(ctx.retries.fail(&format!("capi-deployment:{key}"), error.retry_class(), &ctx.config, None))
+    replicas::error_policy(&*ctx, "deployment", &*d, error)
 }

@@ -12,9 +12,8 @@ use super::flavour::SET_FINALIZER as FINALIZER;
 use crate::api::capi::MachineSet;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
-use crate::controllers::replicas::{self, settle::Written};
+use crate::controllers::replicas;
 use crate::convert::machine_set_from_capi;
-use crate::lifecycle::RetryClass;
 use crate::lifecycle::machine_set::validate_machine_set;
 use crate::lifecycle::status::EventSpec;
 
@@ -43,23 +42,10 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Re
         }
         return Ok(resync);
     }
-    let mut written = Written::default();
-    let result = replicas::set::run(&*ctx, &*set, &mut written).await;
-    crate::controllers::replicas::settle(&*ctx, written, &key).await;
-    let gate = format!("capi-set-create:{key}");
-    Ok(match result? {
-        true => Action::requeue(ctx.retries.fail(&gate, RetryClass::Api, &ctx.config, None)),
-        false => {
-            ctx.retries.reset(&gate);
-            ctx.retries.reset(&format!("capi-set:{key}"));
-            resync
-        }
-    })
+    replicas::set_pass(&*ctx, &*set).await
 }
 
 /// After an API error: back off per set.
 pub(super) fn error_policy(set: Arc<MachineSet>, error: &Error, ctx: Arc<CapiContext>) -> Action {
-    let key = key_of(&*set);
-    crate::controllers::error::log_reconcile_failure!(error, machine_set = %key);
-    Action::requeue(ctx.retries.fail(&format!("capi-set:{key}"), error.retry_class(), &ctx.config, None))
+    replicas::error_policy(&*ctx, "set", &*set, error)
 }

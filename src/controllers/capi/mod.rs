@@ -41,14 +41,13 @@ use super::context::{RetryBook, lock};
 use super::informer::{Informer, Notice};
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
-use super::triggers::{refs, scoped};
+use super::triggers::{controller_named, owners_of, refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::capi_cluster::paused_message;
 use crate::lifecycle::capi_machine::{condition_with_status, merge_conditions};
 use crate::lifecycle::claim::controller_of;
-use crate::lifecycle::machine_deployment::validation::selector_matches;
 
 /// Finalizers of upstream CAPI core's controllers: found on an object, CAPI core manages it.
 pub const UPSTREAM_CORE_FINALIZERS: [&str; 4] = [
@@ -210,9 +209,9 @@ impl CapiContext {
     /// CAPI's `UpToDate` for a machine, from its MachineSet and that set's MachineDeployment in the stores: true
     /// for a set no deployment controls; `None` for a machine no set controls, or owners not seen yet.
     fn up_to_date(&self, m: &Machine) -> Option<bool> {
-        let (ns, set) = controller_named(&m.metadata, "MachineSet")?;
+        let (ns, set) = controller_named(&m.metadata, "MachineSet", Some(capi::GROUP))?;
         let set = self.sets.get(&ObjectRef::new(&set).within(&ns))?;
-        let Some((ns, deployment)) = controller_named(&set.metadata, "MachineDeployment") else {
+        let Some((ns, deployment)) = controller_named(&set.metadata, "MachineDeployment", Some(capi::GROUP)) else {
             return Some(true);
         };
         let deployment = self.deployments.get(&ObjectRef::new(&deployment).within(&ns))?;
@@ -395,46 +394,14 @@ pub(crate) fn start(
     }
 }
 
-fn controller_named(meta: &ObjectMeta, kind: &str) -> Option<(String, String)> {
-    controller_of(meta)
-        .filter(|r| r.kind == kind && r.api_version.starts_with(capi::GROUP))
-        .map(|r| (meta.namespace.clone().unwrap_or_default(), r.name.clone()))
-}
-
-fn selects(selector: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector, meta: &ObjectMeta) -> bool {
-    let empty = selector.match_labels.as_ref().is_none_or(|l| l.is_empty())
-        && selector.match_expressions.as_ref().is_none_or(|e| e.is_empty());
-    !empty && selector_matches(selector, meta.labels.as_ref().unwrap_or(&Default::default()))
-}
-
+/// The sets a Machine concerns: its controller set, or (an orphan) every set whose selector matches it.
 fn sets_of_machine(store: &Store<MachineSet>, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
-    if controller_of(&m.metadata).is_some() {
-        return controller_named(&m.metadata, "MachineSet")
-            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-            .into_iter()
-            .collect();
-    }
-    store
-        .state()
-        .iter()
-        .filter(|s| s.namespace() == m.namespace() && selects(&s.spec.selector, &m.metadata))
-        .map(|s| ObjectRef::from_obj(&**s))
-        .collect()
+    owners_of(store, &m.metadata, "MachineSet", Some(capi::GROUP), |s| Some(&s.spec.selector))
 }
 
+/// The deployments a set concerns: its controller deployment, or (an orphan) every matching one.
 fn deployments_of_set(store: &Store<MachineDeployment>, s: &MachineSet) -> Vec<ObjectRef<MachineDeployment>> {
-    if controller_of(&s.metadata).is_some() {
-        return controller_named(&s.metadata, "MachineDeployment")
-            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-            .into_iter()
-            .collect();
-    }
-    store
-        .state()
-        .iter()
-        .filter(|d| d.namespace() == s.namespace() && selects(&d.spec.selector, &s.metadata))
-        .map(|d| ObjectRef::from_obj(&**d))
-        .collect()
+    owners_of(store, &s.metadata, "MachineDeployment", Some(capi::GROUP), |d| Some(&d.spec.selector))
 }
 
 fn set_triggers(
@@ -465,9 +432,10 @@ fn deployment_triggers(
     let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| deployments_of_set(&store, n.object()));
     let c = ctx.clone();
     let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
-        let (ns, set) = controller_named(&n.object().metadata, "MachineSet")?;
+        let (ns, set) = controller_named(&n.object().metadata, "MachineSet", Some(capi::GROUP))?;
         let set = c.sets.get(&ObjectRef::new(&set).within(&ns))?;
-        controller_named(&set.metadata, "MachineDeployment").map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+        controller_named(&set.metadata, "MachineDeployment", Some(capi::GROUP))
+            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
     });
     stream::select_all(vec![own.boxed(), by_set.boxed(), by_machine.boxed()])
 }
@@ -574,7 +542,7 @@ fn machine_triggers(
             .state()
             .iter()
             .filter(|m| {
-                controller_named(&m.metadata, "MachineSet")
+                controller_named(&m.metadata, "MachineSet", Some(capi::GROUP))
                     .is_some_and(|(ns, set)| Some(&ns) == d.namespace().as_ref() && sets.contains(&set))
             })
             .map(|m| ObjectRef::from_obj(&**m))

@@ -29,12 +29,15 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use kube::runtime::controller::Action;
+
+use super::context::{RetryBook, key_of};
 use super::error::Error;
 use crate::api::mcm;
-use crate::lifecycle::MachineConfig;
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
 use crate::lifecycle::machine_deployment::validation::ValidationError;
 use crate::lifecycle::machine_set::status::ReplicaFailure;
+use crate::lifecycle::{MachineConfig, RetryClass};
 
 /// What the executors need of a stored object.
 pub(crate) trait Object:
@@ -79,6 +82,8 @@ pub(crate) trait Flavour: Send + Sync {
     const DEPLOYMENT_FINALIZER: &'static str;
     /// The finalizer the MachineSet controller holds.
     const SET_FINALIZER: &'static str;
+    /// Prefix of this flavour's back-off keys (`capi-`), so the two flavours' objects of one name count apart.
+    const RETRY_PREFIX: &'static str;
 
     /// The control cluster.
     fn control(&self) -> &Client;
@@ -86,6 +91,8 @@ pub(crate) trait Flavour: Send + Sync {
     fn target(&self) -> Option<&Client>;
     /// The machine controller's configuration (resync period).
     fn config(&self) -> &MachineConfig;
+    /// Back-off per object.
+    fn retries(&self) -> &RetryBook;
     /// The MachineDeployment decisions' options.
     fn deployment_options(&self) -> DeploymentOptions;
     /// Machines.
@@ -191,4 +198,52 @@ pub(crate) trait Flavour: Send + Sync {
 /// Waits until the flavour's stores show every write of a pass (see [`settle::Written::settle`]).
 pub(crate) async fn settle<F: Flavour>(f: &F, written: WrittenBy<F>, what: &str) {
     written.settle(f.machines(), f.sets(), f.deployments(), what).await;
+}
+
+/// One MachineDeployment pass with its bookkeeping: the pass, the stores settled (also after an error, so the
+/// retry starts from what this pass did), the back-off forgotten; the requeue.
+pub(crate) async fn deployment_pass<F: Flavour>(
+    f: &F,
+    d: &F::Deployment,
+    hub: &mcm::MachineDeployment,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let key = key_of(d);
+    let mut written = WrittenBy::<F>::default();
+    let result = deployment::run(f, d, hub, now, &mut written).await;
+    settle(f, written, &key).await;
+    let next = result?;
+    f.retries().reset(&format!("{}deployment:{key}", F::RETRY_PREFIX));
+    let resync = f.config().resync;
+    Ok(next.map_or_else(Action::await_change, |after| Action::requeue(after.min(resync))))
+}
+
+/// One MachineSet pass with its bookkeeping: the pass, the stores settled (also after an error: a pass that created
+/// machines and then failed must not create them again); a failed creation or deletion backs off.
+pub(crate) async fn set_pass<F: Flavour>(f: &F, set: &F::Set) -> Result<Action, Error> {
+    let key = key_of(set);
+    let mut written = WrittenBy::<F>::default();
+    let result = set::run(f, set, &mut written).await;
+    settle(f, written, &key).await;
+    let gate = format!("{}set-create:{key}", F::RETRY_PREFIX);
+    Ok(if result? {
+        // Creating or deleting machines failed: the condition says so; try again with back-off.
+        Action::requeue(f.retries().fail(&gate, RetryClass::Api, f.config(), None))
+    } else {
+        f.retries().reset(&gate);
+        f.retries().reset(&format!("{}set:{key}", F::RETRY_PREFIX));
+        Action::requeue(f.config().resync)
+    })
+}
+
+/// After an API error in a pass over `object` (`set` or `deployment`): back off per object.
+pub(crate) fn error_policy<F: Flavour, K: Object>(f: &F, what: &str, object: &K, error: &Error) -> Action {
+    let key = key_of(object);
+    crate::controllers::error::log_reconcile_failure!(error, object = %key);
+    Action::requeue(f.retries().fail(
+        &format!("{}{what}:{key}", F::RETRY_PREFIX),
+        error.retry_class(),
+        f.config(),
+        None,
+    ))
 }

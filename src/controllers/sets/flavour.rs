@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::SetsContext;
 use super::machine_deployment::{report_invalid, write_status};
 use crate::api::mcm::{Machine, MachineDeployment, MachineDeploymentStatus, MachineSet, MachineStatus};
+use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
@@ -39,6 +40,7 @@ impl Flavour for SetsContext {
     type CreateContext = Machine;
 
     const DEPLOYMENT_FINALIZER: &'static str = FINALIZER;
+    const RETRY_PREFIX: &'static str = "";
     const SET_FINALIZER: &'static str = FINALIZER;
 
     fn control(&self) -> &Client {
@@ -46,6 +48,9 @@ impl Flavour for SetsContext {
     }
     fn target(&self) -> Option<&Client> {
         self.base.target.as_ref()
+    }
+    fn retries(&self) -> &RetryBook {
+        &self.base.retries
     }
     fn config(&self) -> &MachineConfig {
         &self.base.config

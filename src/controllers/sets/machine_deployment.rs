@@ -18,7 +18,7 @@ use super::SetsContext;
 use crate::api::mcm::{MachineDeployment, MachineDeploymentStatus};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
-use crate::controllers::replicas::{self, settle::Written};
+use crate::controllers::replicas;
 use crate::controllers::writes::patch_params;
 use crate::lifecycle::machine_deployment::plan::FINALIZER;
 use crate::lifecycle::machine_deployment::status::{invalid_spec_status, status_update_required};
@@ -32,7 +32,6 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) 
         return Ok(Action::await_change());
     }
     ctx.ready().await;
-    let key = key_of(&*d);
     let now = Timestamp::now();
     let resync = ctx.base.config.resync;
     let deleting = d.metadata.deletion_timestamp.is_some();
@@ -43,23 +42,12 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<SetsContext>) 
         report_invalid(&ctx, &d, &errors, now).await?;
         return Ok(Action::requeue(resync));
     }
-    let mut written = Written::default();
-    let result = replicas::deployment::run(&*ctx, &*d, &d, now, &mut written).await;
-    // Settled also after an error, so the retry starts from what this pass did.
-    crate::controllers::replicas::settle(&*ctx, written, &key).await;
-    let next = result?;
-    ctx.base.retries.reset(&format!("deployment:{key}"));
-    Ok(match next {
-        Some(after) => Action::requeue(after.min(resync)),
-        None => Action::await_change(),
-    })
+    replicas::deployment_pass(&*ctx, &*d, &d, now).await
 }
 
 /// After an API error: back off per deployment.
 pub(super) fn error_policy(d: Arc<MachineDeployment>, error: &Error, ctx: Arc<SetsContext>) -> Action {
-    let key = key_of(&*d);
-    crate::controllers::error::log_reconcile_failure!(error, machine_deployment = %key);
-    Action::requeue(ctx.base.retries.fail(&format!("deployment:{key}"), error.retry_class(), &ctx.base.config, None))
+    replicas::error_policy(&*ctx, "deployment", &*d, error)
 }
 
 fn has_finalizer(d: &MachineDeployment) -> bool {

@@ -13,8 +13,7 @@ use super::SetsContext;
 use crate::api::mcm::MachineSet;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
-use crate::controllers::replicas::{self, settle::Written};
-use crate::lifecycle::RetryClass;
+use crate::controllers::replicas;
 use crate::lifecycle::machine_deployment::plan::FINALIZER;
 use crate::lifecycle::machine_set::{SetValidationError, validate_machine_set};
 use crate::lifecycle::status::EventSpec;
@@ -39,28 +38,12 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<SetsContext>) -> Re
         }
         ctx.valid_again(&key);
     }
-    // Settled also after an error: a pass that created machines and then failed must not create them again.
-    let mut written = Written::default();
-    let result = replicas::set::run(&*ctx, &*set, &mut written).await;
-    crate::controllers::replicas::settle(&*ctx, written, &key).await;
-    let failed = result?;
-    let gate = format!("set-create:{key}");
-    Ok(match failed {
-        // Creating or deleting machines failed: the condition says so; try again with back-off.
-        true => Action::requeue(ctx.base.retries.fail(&gate, RetryClass::Api, &ctx.base.config, None)),
-        false => {
-            ctx.base.retries.reset(&gate);
-            ctx.base.retries.reset(&format!("set:{key}"));
-            resync
-        }
-    })
+    replicas::set_pass(&*ctx, &*set).await
 }
 
 /// After an API error: back off per set.
 pub(super) fn error_policy(set: Arc<MachineSet>, error: &Error, ctx: Arc<SetsContext>) -> Action {
-    let key = key_of(&*set);
-    crate::controllers::error::log_reconcile_failure!(error, machine_set = %key);
-    Action::requeue(ctx.base.retries.fail(&format!("set:{key}"), error.retry_class(), &ctx.base.config, None))
+    replicas::error_policy(&*ctx, "set", &*set, error)
 }
 
 fn has_finalizer(set: &MachineSet) -> bool {

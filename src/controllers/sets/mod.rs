@@ -38,13 +38,12 @@ use super::ControllerOptions;
 use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
 use super::tasks::{controller, on_stop};
-use super::triggers::{hash_of, refs, scoped};
+use super::triggers::{controller_named, hash_of, owners_of, refs, scoped};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME, PRESERVE};
 use crate::lifecycle::freeze::FreezeOptions;
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
-use crate::lifecycle::machine_deployment::validation::selector_matches;
 use crate::lifecycle::machine_deployment::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::lifecycle::names::NODE_LABEL;
 
@@ -186,63 +185,21 @@ pub(crate) fn start(
     }
 }
 
-/// The owner of `meta` of `kind` by its controller reference: `(namespace, name)`.
-fn controller_named(meta: &kube::core::ObjectMeta, kind: &str) -> Option<(String, String)> {
-    controller_of(meta).filter(|r| r.kind == kind).map(|r| (meta.namespace.clone().unwrap_or_default(), r.name.clone()))
-}
-
-/// The sets a machine concerns: its controller set, or (an orphan) every set of its namespace whose selector
-/// matches its labels, which may adopt it.
+/// The sets a machine concerns: its controller set, or (an orphan) every set whose selector matches it.
 fn sets_of_machine(store: &Store<MachineSet>, m: &Machine) -> Vec<ObjectRef<MachineSet>> {
-    if controller_of(&m.metadata).is_some() {
-        return controller_named(&m.metadata, "MachineSet")
-            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-            .into_iter()
-            .collect();
-    }
-    let namespace = m.namespace();
-    let labels = m.labels();
-    store
-        .state()
-        .iter()
-        .filter(|s| s.namespace() == namespace)
-        .filter(|s| {
-            s.spec.selector.as_ref().is_some_and(|sel| !is_empty_selector(sel) && selector_matches(sel, labels))
-        })
-        .map(|s| ObjectRef::from_obj(&**s))
-        .collect()
+    owners_of(store, &m.metadata, "MachineSet", None, |s| s.spec.selector.as_ref())
 }
 
 /// The deployments a set concerns: its controller deployment, or (an orphan) every matching one.
 fn deployments_of_set(store: &Store<MachineDeployment>, s: &MachineSet) -> Vec<ObjectRef<MachineDeployment>> {
-    if controller_of(&s.metadata).is_some() {
-        return controller_named(&s.metadata, "MachineDeployment")
-            .map(|(ns, name)| ObjectRef::new(&name).within(&ns))
-            .into_iter()
-            .collect();
-    }
-    let namespace = s.namespace();
-    let labels = s.labels();
-    store
-        .state()
-        .iter()
-        .filter(|d| d.namespace() == namespace)
-        .filter(|d| {
-            d.spec.selector.as_ref().is_some_and(|sel| !is_empty_selector(sel) && selector_matches(sel, labels))
-        })
-        .map(|d| ObjectRef::from_obj(&**d))
-        .collect()
-}
-
-fn is_empty_selector(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> bool {
-    s.match_labels.as_ref().is_none_or(|l| l.is_empty()) && s.match_expressions.as_ref().is_none_or(|e| e.is_empty())
+    owners_of(store, &s.metadata, "MachineDeployment", None, |d| d.spec.selector.as_ref())
 }
 
 /// The deployment of a machine: its set's controller deployment.
 fn deployment_of_machine(ctx: &SetsContext, m: &Machine) -> Option<ObjectRef<MachineDeployment>> {
-    let (ns, set) = controller_named(&m.metadata, "MachineSet")?;
+    let (ns, set) = controller_named(&m.metadata, "MachineSet", None)?;
     let set = ctx.set(&ns, &set)?;
-    controller_named(&set.metadata, "MachineDeployment").map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+    controller_named(&set.metadata, "MachineDeployment", None).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
 }
 
 /// The machines a Node belongs to (by their `node` label).
