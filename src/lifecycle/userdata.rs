@@ -10,7 +10,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::names::{BOOTSTRAP_TOKEN_PLACEHOLDER, MACHINE_NAME_PLACEHOLDER, USER_DATA_KEY};
+use crate::api::mcm::names::{BOOTSTRAP_TOKEN_PLACEHOLDER, MACHINE_NAME_PLACEHOLDER, USER_DATA_KEY};
 use crate::providers::SecretData;
 
 /// Where bootstrap tokens live.

@@ -11,11 +11,11 @@ use kube::runtime::controller::Action;
 
 use super::SetsContext;
 use crate::api::mcm::MachineSet;
+use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
 use crate::controllers::replicas::{self, settle::Written};
 use crate::lifecycle::RetryClass;
-use crate::lifecycle::machine_deployment::plan::FINALIZER;
 use crate::lifecycle::machine_set::{SetValidationError, validate_machine_set};
 use crate::lifecycle::status::EventSpec;
 
@@ -64,7 +64,7 @@ pub(super) fn error_policy(set: Arc<MachineSet>, error: &Error, ctx: Arc<SetsCon
 }
 
 fn has_finalizer(set: &MachineSet) -> bool {
-    set.finalizers().iter().any(|f| f == FINALIZER)
+    set.finalizers().iter().any(|f| f == MACHINE_FINALIZER)
 }
 
 async fn report_invalid(ctx: &SetsContext, set: &MachineSet, errors: &[SetValidationError]) {
