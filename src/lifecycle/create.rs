@@ -20,7 +20,7 @@ use super::retry::RetryClass;
 use super::status::{self, StatusPatch};
 use crate::api::mcm::names::{DEFAULT_PRIORITY, NODE_LABEL, PRIORITY_ANNOTATION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, CreateMachineResponse, DriverError, MachineStatusResponse, identity};
+use crate::providers::contract::{Code, CreateMachineResponse, DriverError, MachineStatusResponse, identity};
 
 /// The machine's providerID ("" counts as none).
 pub fn provider_id(machine: &Machine) -> Option<&str> {

@@ -25,7 +25,7 @@ use super::status::{self, StatusPatch};
 use crate::api::mcm::names::{FORCE_DELETION_LABEL, TERMINATING_CONDITION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
 use crate::drain::DrainOptions;
-use crate::providers::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError};
 
 /// A step of the deletion flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

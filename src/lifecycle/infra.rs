@@ -19,7 +19,7 @@ use super::status;
 use crate::api::capi::{Cluster, FailureDomain, PAUSED_ANNOTATION};
 use crate::api::infra::{MCMClusterSpec, NodeInfo};
 use crate::api::mcm::{Machine, MachinePhase, NodeTemplate};
-use crate::providers::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError};
 
 /// Finalizer on MCMMachines: the VM goes before the object does.
 pub const MACHINE_FINALIZER: &str = "mcmmachine.infrastructure.cluster.x-k8s.io";

@@ -28,7 +28,7 @@ use super::create;
 use super::status::{self, StatusPatch};
 use crate::api::mcm::names::{NODE_FINALIZER, NOT_MANAGED_ANNOTATION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, identity, tags};
+use crate::providers::contract::{Code, identity, tags};
 
 /// The shortest wait between two probes or two collections, so a zero flag value cannot spin.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::mcm::names::{BOOTSTRAP_TOKEN_PLACEHOLDER, MACHINE_NAME_PLACEHOLDER, USER_DATA_KEY};
-use crate::providers::SecretData;
+use crate::providers::contract::SecretData;
 
 /// Where bootstrap tokens live.
 pub const BOOTSTRAP_TOKEN_NAMESPACE: &str = "kube-system";

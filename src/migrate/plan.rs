@@ -32,7 +32,7 @@ use crate::convert::machine_view::machine_from_hub;
 use crate::convert::{self, MCM_DATA, MCM_MACHINE_DATA};
 use crate::lifecycle::create;
 use crate::lifecycle::machine_deployment::template::find_new_machine_set;
-use crate::providers::identity;
+use crate::providers::contract::identity;
 
 /// Where the CAPI objects go.
 #[derive(Clone, Debug, PartialEq, Eq)]
