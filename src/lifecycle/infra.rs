@@ -5,7 +5,7 @@
 //! The VM's life itself is MCM's: the controller runs [`super::create`] and [`super::delete`] on the hub view of
 //! the MCMMachine ([`crate::convert::machine::to_hub`]); this module only adds what CAPI asks on top.
 //!
-//! Imports `api`, `providers` (codes) and sibling modules only.
+//! Imports `api`, `providers::contract` (codes) and sibling modules only.
 
 use std::collections::BTreeMap;
 

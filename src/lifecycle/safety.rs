@@ -14,7 +14,7 @@
 //!
 //! **Freeze** ([`after_probe`]): a state machine over probe results of the control and target API servers.
 //!
-//! Imports `api`, `providers` (the tag names) and sibling modules only.
+//! Imports `api`, `providers::contract` (the tag names) and sibling modules only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;

@@ -11,7 +11,8 @@
 //! their hands off), CAPI objects with CAPI's `cluster.x-k8s.io/paused`; finalizers are removed by the tool
 //! before an object is deleted, so no controller runs a deletion flow for a VM that lives on.
 //!
-//! Imports `api`, `convert` and `lifecycle` (names and pure helpers); the I/O half uses a kube client only.
+//! Imports `api` (with MCM's names), `convert`, `lifecycle` (pure helpers) and `providers::contract` (providerID
+//! identity); the I/O half uses a kube client only.
 
 mod apply;
 mod client;
