@@ -10,9 +10,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::api::infra::MCMMachine;
+use crate::api::mcm::names::{MACHINE_CLASS_KIND, USER_DATA_KEY};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::create;
-use crate::lifecycle::names::{MACHINE_CLASS_KIND, USER_DATA_KEY};
 use crate::lifecycle::userdata::merge_secret_data;
 use crate::providers::{ClassInfo, Code, DriverError, MachineInfo, SecretData};
 

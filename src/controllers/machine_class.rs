@@ -12,8 +12,8 @@ use super::context::{Context, key_of};
 use super::error::Error;
 use super::writes;
 use crate::api::mcm::MachineClass;
+use crate::api::mcm::names::{MACHINE_FINALIZER, SECRET_FINALIZER};
 use crate::lifecycle::class::{self, FinalizerChange};
-use crate::lifecycle::names::{MACHINE_FINALIZER, SECRET_FINALIZER};
 use crate::lifecycle::status::EventSpec;
 
 async fn apply<K>(api: &Api<K>, object: &K, finalizer: &str, change: Option<FinalizerChange>) -> Result<(), Error>

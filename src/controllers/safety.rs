@@ -34,12 +34,11 @@ use super::informer::{Changed, Notice};
 use super::tasks::on_stop;
 use super::{ProbeClients, writes};
 use crate::api::infra::MCMMachine;
+use crate::api::mcm::names::NOT_MANAGED_VALUE;
+use crate::api::mcm::names::{MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, NOT_MANAGED_ANNOTATION};
 use crate::api::mcm::{Machine, MachineClass, MachinePhase};
 use crate::convert::machine::to_hub;
-use crate::lifecycle::names::{MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, NOT_MANAGED_ANNOTATION};
-use crate::lifecycle::safety::{
-    self, Claimant, Claims, FreezeChange, FreezeState, NOT_MANAGED_VALUE, Orphan, SafetyConfig,
-};
+use crate::lifecycle::safety::{self, Claimant, Claims, FreezeChange, FreezeState, Orphan, SafetyConfig};
 use crate::lifecycle::status::{self, EventSpec};
 use crate::providers::{Code, Driver, DriverError, ListMachinesRequest, MachineInfo, MachineRequest};
 

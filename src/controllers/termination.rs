@@ -16,8 +16,8 @@ use super::error::Error;
 use super::vm::machine::MachineVm;
 use super::{requeue, vm};
 use crate::api::mcm::Machine;
+use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::lifecycle::class;
-use crate::lifecycle::names::MACHINE_FINALIZER;
 use crate::lifecycle::requeue::Next;
 
 /// Reconciles a machine being deleted.

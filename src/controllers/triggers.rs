@@ -15,11 +15,11 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::context;
 use super::informer::{Changed, Informer, Notice};
+use crate::api::mcm::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::class;
 use crate::lifecycle::machine_deployment::validation::selector_matches;
-use crate::lifecycle::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 
 /// An `Api` over one namespace, or over all of them.
 pub(super) fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>

@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::capi::{self, MachineAddress};
 use crate::api::infra::{self, InitializationStatus, InlineMachineClass, MCMMachine, MCMMachineSpec, MCMMachineStatus};
+use crate::api::mcm::names::PRIORITY_ANNOTATION;
 use crate::api::mcm::{ClassSpec, Machine, MachineSpec, MachineStatus};
-use crate::lifecycle::names::PRIORITY_ANNOTATION;
 
 /// Hub Machine annotation: JSON of the MCMMachine fields MCM has no place for.
 pub const INFRA_FIELDS_ANNOTATION: &str = "infrastructure.cluster.x-k8s.io/mcm-machine-fields";

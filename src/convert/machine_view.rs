@@ -11,12 +11,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use super::template::{template_from_capi, template_to_capi};
 use crate::api::capi::{self, DELETE_MACHINE_ANNOTATION, TemplateObjectMeta};
 use crate::api::infra::MCMMachine;
+use crate::api::mcm::names::{NODE_LABEL, PRIORITY_ANNOTATION};
 use crate::api::mcm::{self, CurrentStatus, MachinePhase};
-
-/// `machinepriority.machine.sapcloud.io`: MCM's deletion priority (lower goes first).
-const PRIORITY: &str = "machinepriority.machine.sapcloud.io";
-/// The hub label naming a machine's Node.
-const NODE_LABEL: &str = "node";
 
 /// CAPI v1beta2 Machine phases.
 pub mod phase {
@@ -59,8 +55,8 @@ pub fn machine_to_hub(m: &capi::Machine, infra: Option<&MCMMachine>) -> mcm::Mac
     });
     metadata.annotations = template.metadata.and_then(|t| t.annotations);
     let annotations = metadata.annotations.get_or_insert_with(Default::default);
-    if annotations.contains_key(DELETE_MACHINE_ANNOTATION) && !annotations.contains_key(PRIORITY) {
-        annotations.insert(PRIORITY.to_string(), "1".to_string());
+    if annotations.contains_key(DELETE_MACHINE_ANNOTATION) && !annotations.contains_key(PRIORITY_ANNOTATION) {
+        annotations.insert(PRIORITY_ANNOTATION.to_string(), "1".to_string());
     }
     if let Some(node) = m.status.as_ref().and_then(|s| s.node_ref.as_ref()) {
         metadata.labels.get_or_insert_with(Default::default).insert(NODE_LABEL.to_string(), node.name.clone());
@@ -147,9 +143,16 @@ mod tests {
     #[test]
     fn delete_machine_is_priority_one() {
         let hub = machine_to_hub(&capi_machine(Some("Running"), &[(DELETE_MACHINE_ANNOTATION, "")]), None);
-        assert_eq!(hub.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY)).map(String::as_str), Some("1"));
-        let own = machine_to_hub(&capi_machine(None, &[(DELETE_MACHINE_ANNOTATION, ""), (PRIORITY, "2")]), None);
-        assert_eq!(own.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY)).map(String::as_str), Some("2"));
+        assert_eq!(
+            hub.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY_ANNOTATION)).map(String::as_str),
+            Some("1")
+        );
+        let own =
+            machine_to_hub(&capi_machine(None, &[(DELETE_MACHINE_ANNOTATION, ""), (PRIORITY_ANNOTATION, "2")]), None);
+        assert_eq!(
+            own.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY_ANNOTATION)).map(String::as_str),
+            Some("2")
+        );
     }
 
     #[test]

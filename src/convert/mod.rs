@@ -15,8 +15,8 @@
 //! MachineClass` for objects converted from MCM), so the rollout logic sees a new class when CAPI points a
 //! MachineDeployment at a new template.
 //!
-//! This module imports `api` and `lifecycle::names` only: no client, no controller. MCMMachines (with their owning
-//! CAPI Machine) convert in [`machine`].
+//! This module imports `api` only (MCM's names are `api::mcm::names`): no client, no controller. MCMMachines (with
+//! their owning CAPI Machine) convert in [`machine`].
 
 mod data;
 mod deployment;

@@ -16,7 +16,7 @@ use tracing::{debug, info, warn};
 
 use super::plan::{self, PlannedPod};
 use super::{DrainError, DrainOptions, DrainOutcome};
-use crate::providers::{Driver, GetVolumeIdsRequest};
+use crate::providers::contract::{Driver, GetVolumeIdsRequest};
 
 /// Added to a pod's termination grace period when waiting for it to be gone (time for the kubelet to report).
 const POD_GONE_SLACK: Duration = Duration::from_secs(30);

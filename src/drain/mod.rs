@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use crate::providers::Driver;
+use crate::providers::contract::Driver;
 
 mod executor;
 pub mod force;

@@ -2,7 +2,7 @@
 //! references carry their finalizers, whether a class's `nodeTemplate` is valid, and whether a class is ready for
 //! machines.
 
-use super::names::{MACHINE_CLASS_KIND, MACHINE_FINALIZER, SECRET_FINALIZER};
+use crate::api::mcm::names::{MACHINE_CLASS_KIND, MACHINE_FINALIZER, SECRET_FINALIZER};
 use crate::api::mcm::{Machine, MachineClass, NodeTemplate};
 
 /// A change to an object's finalizers.

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::names::EFFECTIVE_CREATION_TIMEOUT_ANNOTATION;
 use super::retry::RetryPolicy;
 use crate::api::mcm::Machine;
+use crate::api::mcm::names::EFFECTIVE_CREATION_TIMEOUT_ANNOTATION;
 
 /// MCM's default `--node-conditions`.
 pub const DEFAULT_NODE_CONDITIONS: &str = "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable";

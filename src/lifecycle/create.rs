@@ -15,11 +15,12 @@ use serde_json::{Map, Value, json};
 
 use super::clock;
 use super::config::Effective;
-use super::names::{DEFAULT_PRIORITY, NODE_LABEL, PRIORITY_ANNOTATION, text};
+use super::names::text;
 use super::retry::RetryClass;
 use super::status::{self, StatusPatch};
+use crate::api::mcm::names::{DEFAULT_PRIORITY, NODE_LABEL, PRIORITY_ANNOTATION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, CreateMachineResponse, DriverError, MachineStatusResponse, identity};
+use crate::providers::contract::{Code, CreateMachineResponse, DriverError, MachineStatusResponse, identity};
 
 /// The machine's providerID ("" counts as none).
 pub fn provider_id(machine: &Machine) -> Option<&str> {

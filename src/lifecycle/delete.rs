@@ -19,12 +19,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use super::clock;
 use super::config::{Effective, MachineConfig};
 use super::create::{node_label, provider_id};
-use super::names::{FORCE_DELETION_LABEL, TERMINATING_CONDITION, text};
+use super::names::text;
 use super::retry::RetryClass;
 use super::status::{self, StatusPatch};
+use crate::api::mcm::names::{FORCE_DELETION_LABEL, TERMINATING_CONDITION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
 use crate::drain::DrainOptions;
-use crate::providers::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError};
 
 /// A step of the deletion flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

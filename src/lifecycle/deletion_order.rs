@@ -19,19 +19,11 @@ use std::cmp::Ordering;
 use jiff::Timestamp;
 
 use super::object_meta::{annotation, parse_rfc3339};
+use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRESERVE, PRESERVE_AUTO, PRIORITY_ANNOTATION};
 use crate::api::mcm::{Machine, MachinePhase};
 
-/// Annotation with a machine's deletion priority: lower is deleted first. MCM writes `3` at creation; the
-/// cluster-autoscaler path writes `1`.
-pub const MACHINE_PRIORITY: &str = "machinepriority.machine.sapcloud.io";
 /// The priority of a machine without (or with an unparsable) priority annotation.
 pub const DEFAULT_PRIORITY: i64 = 3;
-/// Annotation with the RFC 3339 time at which the cluster-autoscaler chose a machine for deletion.
-pub const MARKED_FOR_DELETION_TIME: &str = "machine.sapcloud.io/marked-for-deletion-time";
-/// Annotation (on a Machine or its Node) asking to preserve a machine.
-pub const PRESERVE: &str = "node.machine.sapcloud.io/preserve";
-/// The value of [`PRESERVE`] written by the MachineSet controller for auto-preservation.
-pub const PRESERVE_AUTO: &str = "auto-preserved";
 
 /// What the deletion order looks at, extracted from one Machine at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +54,7 @@ impl DeletionFacts {
             name: meta.name.clone().unwrap_or_default(),
             preserved_until,
             auto_preserved: annotation(meta, PRESERVE) == Some(PRESERVE_AUTO),
-            priority: parse_priority(annotation(meta, MACHINE_PRIORITY)),
+            priority: parse_priority(annotation(meta, PRIORITY_ANNOTATION)),
             marked_for_deletion: annotation(meta, MARKED_FOR_DELETION_TIME).and_then(parse_rfc3339),
             phase_rank: phase_rank(current.and_then(|c| c.phase.as_ref())),
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
@@ -190,7 +182,7 @@ mod tests {
         let sooner = Some("2026-03-01T18:00:00Z");
         let expired = Some("2026-03-01T11:00:00Z");
         let auto = [(PRESERVE, PRESERVE_AUTO)];
-        let p1 = [(MACHINE_PRIORITY, "1")];
+        let p1 = [(PRIORITY_ANNOTATION, "1")];
         let cases: Vec<(&str, Vec<Machine>, Vec<&str>)> = vec![
             (
                 "phase rank: terminating, failed, crashloop, unknown, pending, available, running",
@@ -235,17 +227,17 @@ mod tests {
             (
                 "priority 2 before default 3, 5 after it",
                 vec![
-                    machine("p5", Some(Running), 0, &[(MACHINE_PRIORITY, "5")], None),
+                    machine("p5", Some(Running), 0, &[(PRIORITY_ANNOTATION, "5")], None),
                     machine("p3", Some(Running), 0, &[], None),
-                    machine("p2", Some(Running), 0, &[(MACHINE_PRIORITY, "2")], None),
+                    machine("p2", Some(Running), 0, &[(PRIORITY_ANNOTATION, "2")], None),
                 ],
                 vec!["p2", "p3", "p5"],
             ),
             (
                 "unparsable priority counts as 3",
                 vec![
-                    machine("junk", Some(Pending), 0, &[(MACHINE_PRIORITY, "high")], None),
-                    machine("p3", Some(Running), 0, &[(MACHINE_PRIORITY, "3")], None),
+                    machine("junk", Some(Pending), 0, &[(PRIORITY_ANNOTATION, "high")], None),
+                    machine("p3", Some(Running), 0, &[(PRIORITY_ANNOTATION, "3")], None),
                     machine("p1", Some(Running), 0, &p1, None),
                 ],
                 vec!["p1", "junk", "p3"],
@@ -253,7 +245,7 @@ mod tests {
             (
                 "empty priority counts as 3",
                 vec![
-                    machine("empty", Some(Running), 5, &[(MACHINE_PRIORITY, "")], None),
+                    machine("empty", Some(Running), 5, &[(PRIORITY_ANNOTATION, "")], None),
                     machine("none", Some(Running), 0, &[], None),
                 ],
                 vec!["none", "empty"],
@@ -266,7 +258,7 @@ mod tests {
                         "marked-running",
                         Some(Running),
                         0,
-                        &[(MACHINE_PRIORITY, "1"), (MARKED_FOR_DELETION_TIME, "2026-03-01T11:00:00Z")],
+                        &[(PRIORITY_ANNOTATION, "1"), (MARKED_FOR_DELETION_TIME, "2026-03-01T11:00:00Z")],
                         None,
                     ),
                 ],

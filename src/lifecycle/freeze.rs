@@ -26,16 +26,14 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE, UNFREEZE};
 use crate::api::mcm::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
     MachineSet, MachineSetCondition, MachineSetConditionType,
 };
 use crate::lifecycle::machine_deployment::rollout::{parse_int_or_percent, scaled_value};
-use crate::lifecycle::machine_set::{FREEZE_LABEL, FREEZE_VALUE};
 use crate::lifecycle::object_meta::{annotation, label, labels_match};
 
-/// Annotation (on a MachineSet or MachineDeployment) that forces an unfreeze.
-pub const UNFREEZE: &str = "safety.machine.sapcloud.io/unfreeze";
 /// Condition reason of a freeze for too many machines.
 pub const OVERSHOOTING_REPLICA_COUNT: &str = "OverShootingReplicaCount";
 /// Reason when a deployment's freeze state is brought in line with its sets.

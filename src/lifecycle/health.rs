@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 
 use super::clock;
 use super::config::Effective;
-use super::names::{CRITICAL_COMPONENTS_NOT_READY_TAINT, SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION};
 use super::status::{self, StatusPatch};
+use crate::api::mcm::names::{CRITICAL_COMPONENTS_NOT_READY_TAINT, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
 
 /// Healthy, as MCM defines it: conditions are known, `Ready` is `True` and every watched condition is `False`
@@ -196,7 +196,7 @@ fn timeouts(machine: &Machine, node: Option<&Node>, now: Timestamp, effective: &
             }
             let rolling_out = node
                 .and_then(|n| n.metadata.annotations.as_ref())
-                .is_some_and(|a| a.contains_key(SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION));
+                .is_some_and(|a| a.contains_key(SCALE_DOWN_DISABLED_BY_MCM));
             if rolling_out {
                 return Health::DeferFailure;
             }
@@ -247,7 +247,7 @@ mod tests {
         n.metadata.name = Some("m1".into());
         if rolling {
             n.metadata.annotations =
-                Some(BTreeMap::from([(SCALE_DOWN_DISABLED_BY_MCM_ANNOTATION.to_string(), "true".to_string())]));
+                Some(BTreeMap::from([(SCALE_DOWN_DISABLED_BY_MCM.to_string(), "true".to_string())]));
         }
         n.spec = Some(NodeSpec {
             taints: taint.then(|| {

@@ -5,7 +5,7 @@
 //! The VM's life itself is MCM's: the controller runs [`super::create`] and [`super::delete`] on the hub view of
 //! the MCMMachine ([`crate::convert::machine::to_hub`]); this module only adds what CAPI asks on top.
 //!
-//! Imports `api`, `providers` (codes) and sibling modules only.
+//! Imports `api`, `providers::contract` (codes) and sibling modules only.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +19,7 @@ use super::status;
 use crate::api::capi::{Cluster, FailureDomain, PAUSED_ANNOTATION};
 use crate::api::infra::{MCMClusterSpec, NodeInfo};
 use crate::api::mcm::{Machine, MachinePhase, NodeTemplate};
-use crate::providers::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError};
 
 /// Finalizer on MCMMachines: the VM goes before the object does.
 pub const MACHINE_FINALIZER: &str = "mcmmachine.infrastructure.cluster.x-k8s.io";

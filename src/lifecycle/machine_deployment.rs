@@ -27,27 +27,6 @@ use std::cmp::Ordering;
 
 use crate::api::mcm::MachineSet;
 
-/// MachineSet (and MachineDeployment) annotation: the revision the set serves.
-pub const REVISION: &str = "deployment.kubernetes.io/revision";
-/// MachineSet annotation: earlier revisions this set served (comma-separated), kept across rollbacks.
-pub const REVISION_HISTORY: &str = "deployment.kubernetes.io/revision-history";
-/// MachineSet annotation: the deployment's `spec.replicas` when the set was last scaled.
-pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
-/// MachineSet annotation: `replicas + maxSurge` when the set was last scaled (the base of proportional scaling).
-pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
-/// MachineSet annotation (and node taint key): the set's nodes carry the PreferNoSchedule taint.
-pub const PREFER_NO_SCHEDULE: &str = "deployment.machine.sapcloud.io/prefer-no-schedule";
-/// `kubectl apply`'s annotation, never copied to MachineSets.
-pub const LAST_APPLIED_CONFIGURATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
-/// Label and selector key distinguishing the MachineSets of one deployment.
-pub const TEMPLATE_HASH_LABEL: &str = "machine-template-hash";
-/// Machine label naming the machine's Node.
-pub const NODE_LABEL: &str = "node";
-/// Node annotation telling the cluster-autoscaler not to scale the node down.
-pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
-/// Node annotation marking that MCM (not a user) set [`SCALE_DOWN_DISABLED`].
-pub const SCALE_DOWN_DISABLED_BY_MCM: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm";
-
 /// `spec.replicas` of a set.
 pub(crate) fn spec_replicas(set: &MachineSet) -> i32 {
     set.spec.replicas

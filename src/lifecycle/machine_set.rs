@@ -24,26 +24,17 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 
-use super::deletion_order::{DeletionFacts, MACHINE_PRIORITY, PRESERVE, PRESERVE_AUTO, compare};
+use super::deletion_order::{DeletionFacts, compare};
+
 use super::object_meta::{annotation, label, parse_rfc3339};
+use crate::api::mcm::names::{
+    FREEZE_LABEL, FREEZE_VALUE, LAST_APPLIED_NODE_PRESERVE, LAST_REPLICA_CHANGE_BY_SCALER, PRESERVE, PRESERVE_AUTO,
+    PRIORITY_ANNOTATION, SCALE_UP_DISABLED, UPDATE_RESULT, UPDATE_SUCCESSFUL,
+};
 use crate::api::mcm::{Machine, MachinePhase, MachineSet};
 
 /// The most machines created or deleted in one pass (MCM `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 100;
-/// Label that freezes a MachineSet or MachineDeployment (value [`FREEZE_VALUE`]); set by the overshoot freeze.
-pub const FREEZE_LABEL: &str = "freeze";
-/// The value of [`FREEZE_LABEL`] that freezes.
-pub const FREEZE_VALUE: &str = "True";
-/// Label that stops a MachineSet from creating machines (any value; the in-place strategy sets it on old sets).
-pub const SCALE_UP_DISABLED: &str = "node.machine.sapcloud.io/scale-up-disabled";
-/// MachineSet annotation (copied from its MachineDeployment): the cut-off for autoscaler-marked deletions.
-pub const LAST_REPLICA_CHANGE_BY_SCALER: &str = "machine.sapcloud.io/last-deployment-replica-change-by-scaler-time";
-/// Machine label the in-place strategy sets on machines moved to the new set (value [`UPDATE_SUCCESSFUL`]).
-pub const UPDATE_RESULT: &str = "node.machine.sapcloud.io/update-result";
-/// The value of [`UPDATE_RESULT`] for a machine updated in place.
-pub const UPDATE_SUCCESSFUL: &str = "successful";
-/// Machine annotation recording that the preserve value came from the Node.
-pub const LAST_APPLIED_NODE_PRESERVE: &str = "node.machine.sapcloud.io/last-applied-node-preserve-value";
 
 /// Preserve annotation values that mean "preserve" (the preservation may not have been applied yet).
 const PRESERVING_VALUES: [&str; 3] = ["now", "when-failed", PRESERVE_AUTO];
@@ -110,7 +101,7 @@ impl SetMachine {
             preservation,
             moved_in_place: label(meta, UPDATE_RESULT) == Some(UPDATE_SUCCESSFUL),
             // MCM compares the text: only exactly "1" takes the autoscaler path.
-            priority_one: annotation(meta, MACHINE_PRIORITY) == Some("1"),
+            priority_one: annotation(meta, PRIORITY_ANNOTATION) == Some("1"),
         }
     }
 

@@ -9,7 +9,8 @@
 //! - [`node_sync`]: the node template's three-way merge onto the Node.
 //! - [`class`]: MachineClass and Secret finalizers, node template validation.
 //! - [`userdata`]: secret merging, `userData` templating, bootstrap tokens.
-//! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's names and texts.
+//! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's texts (its names are
+//!   [`crate::api::mcm::names`]).
 //! - [`machine_set`], [`machine_deployment`], [`deletion_order`], [`freeze`]: MachineSet and MachineDeployment
 //!   decisions (replicas, rollouts, deletion order, overshoot freeze; see `docs/rollouts.md`); [`claim`]: which
 //!   objects a set or deployment controls, adopts or releases.
@@ -17,7 +18,8 @@
 //! - [`capi_machine`], [`capi_cluster`]: the Machine and Cluster decisions of mode "CAPI with MCM core".
 //! - [`infra`]: what the CAPI infrastructure provider adds on top (gates, conditions, placement, templates).
 //!
-//! Imports only `api`, `providers` (types and codes) and `drain` (its options type).
+//! Imports only `api`, `providers::contract` (the driver contract's types and codes, never a cloud module) and
+//! `drain` (its options type).
 
 pub mod capi_cluster;
 pub mod capi_machine;

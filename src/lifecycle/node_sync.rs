@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Map, Value, json};
 
-use super::names::{LAST_APPLIED_ANNOTATION, MACHINE_NAME_LABEL};
 use crate::api::mcm::NodeTemplateSpec;
+use crate::api::mcm::names::{LAST_APPLIED_ANNOTATION, MACHINE_NAME_LABEL};
 
 fn template_labels(t: &NodeTemplateSpec) -> BTreeMap<String, String> {
     t.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default()

@@ -7,8 +7,8 @@
 
 use jiff::Timestamp;
 
-use super::names::DEPLOYMENT_LABEL;
 use super::status;
+use crate::api::mcm::names::DEPLOYMENT_LABEL;
 use crate::api::mcm::{Machine, MachinePhase};
 
 /// The MachineDeployment a machine belongs to (its `name` label), if any.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
 
-use crate::providers::Code;
+use crate::providers::contract::Code;
 
 /// How a failure is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

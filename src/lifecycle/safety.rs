@@ -14,7 +14,7 @@
 //!
 //! **Freeze** ([`after_probe`]): a state machine over probe results of the control and target API servers.
 //!
-//! Imports `api`, `providers` (the tag names) and sibling modules only.
+//! Imports `api`, `providers::contract` (the tag names) and sibling modules only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -25,16 +25,13 @@ use serde_json::Value;
 
 use super::clock;
 use super::create;
-use super::names::{NODE_FINALIZER, NOT_MANAGED_ANNOTATION};
 use super::status::{self, StatusPatch};
+use crate::api::mcm::names::{NODE_FINALIZER, NOT_MANAGED_ANNOTATION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
-use crate::providers::{Code, identity, tags};
+use crate::providers::contract::{Code, identity, tags};
 
 /// The shortest wait between two probes or two collections, so a zero flag value cannot spin.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
-
-/// The value of the not-managed annotation.
-pub const NOT_MANAGED_VALUE: &str = "1";
 
 /// The description MCM writes when the freeze ends and Unknown machines get a fresh health timeout.
 pub const HEALTH_TIMEOUT_RESET: &str = "Machine Health Timeout was reset due to APIServer being unreachable";

@@ -10,8 +10,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::names::{BOOTSTRAP_TOKEN_PLACEHOLDER, MACHINE_NAME_PLACEHOLDER, USER_DATA_KEY};
-use crate::providers::SecretData;
+use crate::api::mcm::names::{BOOTSTRAP_TOKEN_PLACEHOLDER, MACHINE_NAME_PLACEHOLDER, USER_DATA_KEY};
+use crate::providers::contract::SecretData;
 
 /// Where bootstrap tokens live.
 pub const BOOTSTRAP_TOKEN_NAMESPACE: &str = "kube-system";

@@ -14,9 +14,9 @@ use super::client::{self, api, create_if_absent, get, merge, merge_if_present, r
 use super::objects::{controlled_by, controller_ref};
 use super::plan::{DeploymentPlan, Plan, Target, plan};
 use super::{ApplyStep, FROM_ANNOTATION, MigrateError, Progress, STEP_ANNOTATION, WAS_PAUSED_ANNOTATION};
+use crate::api::mcm::names::PAUSED_ANNOTATION;
 use crate::api::{capi, infra, mcm};
 use crate::convert::machine_view::phase;
-use crate::lifecycle::names::PAUSED_ANNOTATION;
 
 /// How `apply` and `rollback` run.
 #[derive(Clone, Debug)]

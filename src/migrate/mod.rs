@@ -7,11 +7,12 @@
 //! - [`apply`] and [`rollback`] (I/O at the edge): the hand-over as steps, each idempotent, whose progress is
 //!   recorded on the objects ([`STEP_ANNOTATION`]), so a re-run after a crash resumes where the last one stopped.
 //!
-//! MCM objects are paused with [`crate::lifecycle::names::PAUSED_ANNOTATION`] (our MCM-flavour controllers keep
+//! MCM objects are paused with [`crate::api::mcm::names::PAUSED_ANNOTATION`] (our MCM-flavour controllers keep
 //! their hands off), CAPI objects with CAPI's `cluster.x-k8s.io/paused`; finalizers are removed by the tool
 //! before an object is deleted, so no controller runs a deletion flow for a VM that lives on.
 //!
-//! Imports `api`, `convert` and `lifecycle` (names and pure helpers); the I/O half uses a kube client only.
+//! Imports `api` (with MCM's names), `convert`, `lifecycle` (pure helpers) and `providers::contract` (providerID
+//! identity); the I/O half uses a kube client only.
 
 mod apply;
 mod client;

@@ -7,7 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::{FROM_ANNOTATION, STEP_ANNOTATION, WAS_PAUSED_ANNOTATION};
 use crate::api::capi;
-use crate::lifecycle::names::PAUSED_ANNOTATION;
+use crate::api::mcm::names::PAUSED_ANNOTATION;
 
 /// MCM's per-node-group autoscaler options (on a MachineDeployment) and the CAPI `clusterapi` provider's
 /// equivalents (`docs/machine-lifecycle.md`, `docs/infrastructure-provider.md`). Values keep their format (numbers, durations).

@@ -24,15 +24,15 @@ use super::objects::{AUTOSCALER_OPTIONS, annotate, carried_meta, controlled_by, 
 use crate::api::capi::{self, CLUSTER_NAME_LABEL, ContractVersionedObjectReference};
 use crate::api::infra::{self, MCMCluster, MCMClusterSpec, MCMMachine, MCMMachineSpec, MCMMachineTemplate};
 use crate::api::infra::{MCMMachineTemplateResource, MCMMachineTemplateSpec};
+use crate::api::mcm::names::TRIGGER_DELETION_BY_MCM;
+use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE};
+use crate::api::mcm::names::{MACHINE_CLASS_KIND, NODE_LABEL, PRIORITY_ANNOTATION};
 use crate::api::mcm::{self, MachineClass, MachineDeploymentStrategyType, MachinePhase};
 use crate::convert::machine_view::machine_from_hub;
 use crate::convert::{self, MCM_DATA, MCM_MACHINE_DATA};
 use crate::lifecycle::create;
-use crate::lifecycle::machine_deployment::autoscaler::TRIGGER_DELETION_BY_MCM;
 use crate::lifecycle::machine_deployment::template::find_new_machine_set;
-use crate::lifecycle::machine_set::{FREEZE_LABEL, FREEZE_VALUE};
-use crate::lifecycle::names::{MACHINE_CLASS_KIND, NODE_LABEL, PRIORITY_ANNOTATION};
-use crate::providers::identity;
+use crate::providers::contract::identity;
 
 /// Where the CAPI objects go.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -11,9 +11,9 @@ use super::plan::Blocker;
 use crate::api::capi::{self, CLUSTER_NAME_LABEL};
 use crate::api::infra::{MCMMachine, MCMMachineTemplate};
 use crate::api::mcm;
+use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::convert::machine_view::{machine_to_hub, phase};
 use crate::convert::{CAPI_DATA, CAPI_MACHINE_DATA, MCM_MACHINE_DATA, deployment_from_capi, machine_set_from_capi};
-use crate::lifecycle::names::MACHINE_CLASS_KIND;
 
 /// The CAPI objects of a namespace that a rollback reads.
 #[derive(Clone, Debug, Default)]

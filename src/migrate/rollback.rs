@@ -19,8 +19,8 @@ use super::plan::Blocker;
 use super::reverse::{RestoredDeployment, reverse};
 use super::{ApplyStep, FROM_ANNOTATION, MigrateError, Progress, RollbackStep, STEP_ANNOTATION, WAS_PAUSED_ANNOTATION};
 use crate::api::mcm::MachinePhase;
+use crate::api::mcm::names::PAUSED_ANNOTATION;
 use crate::api::{capi, infra, mcm};
-use crate::lifecycle::names::PAUSED_ANNOTATION;
 
 fn step_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
     meta.annotations.as_ref()?.get(STEP_ANNOTATION).map(String::as_str)

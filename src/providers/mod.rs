@@ -1,59 +1,30 @@
-//! Cloud drivers behind one [`Driver`] trait, mirroring MCM's provider contract
-//! (`docs/machine-lifecycle.md`): create, initialize, delete, status, list, volume IDs.
+//! The cloud drivers (`aws`, `azure`, `gcp`, `inmemory`), each implementing the driver contract of [`contract`]
+//! (the [`Driver`] trait, its requests and responses, [`DriverError`] with MCM's [`Code`]s), and the
+//! [`DriverRegistry`] that picks a driver by `MachineClass.provider`.
 //!
-//! Drivers know nothing of Kubernetes controllers: they get the machine, its class and the merged secret data,
-//! and answer with results or an [`DriverError`] carrying one of MCM's [`Code`]s, whose message is safe to show
-//! (never a credential). The [`DriverRegistry`] picks a driver by `MachineClass.provider`.
+//! `lifecycle` imports [`contract`] only, never this module's root or a cloud module; the contract's items are
+//! re-exported here for the drivers, controllers and CLI.
 
 #[cfg(feature = "aws")]
 pub mod aws;
 #[cfg(feature = "azure")]
 pub mod azure;
 pub mod conformance;
-mod error;
+pub mod contract;
 #[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
 #[allow(dead_code)] // each cloud driver reads a part of it
 mod fields;
 #[cfg(feature = "gcp")]
 pub mod gcp;
-pub mod identity;
 pub mod inmemory;
 pub mod limit;
 #[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
 pub mod secrets;
-mod types;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use error::{Code, DriverError};
-pub use types::*;
-
-/// A cloud driver. Every method is idempotent; see `docs/adding-a-provider.md`.
-#[async_trait::async_trait]
-pub trait Driver: Send + Sync {
-    /// The `MachineClass.provider` value this driver serves (e.g. `AWS`, `InMemory`).
-    fn provider(&self) -> &str;
-
-    /// Creates the VM for a machine, or returns the existing one if it was created before.
-    async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError>;
-
-    /// Finishes setting up a created VM; `Unimplemented` when there is nothing to do.
-    async fn initialize_machine(&self, request: &MachineRequest) -> Result<InitializeMachineResponse, DriverError>;
-
-    /// Deletes the VM (and what belongs to it); an absent VM counts as deleted.
-    async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError>;
-
-    /// The VM's state: `NotFound` when there is none, `Uninitialized` when it awaits initialization,
-    /// `OutOfRange` when several VMs claim the machine.
-    async fn get_machine_status(&self, request: &MachineRequest) -> Result<MachineStatusResponse, DriverError>;
-
-    /// The VMs this class's cluster and role own: providerID -> machine name.
-    async fn list_machines(&self, request: &ListMachinesRequest) -> Result<BTreeMap<String, String>, DriverError>;
-
-    /// The cloud volume IDs behind persistent volumes this driver understands (others are skipped).
-    async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError>;
-}
+pub use contract::*;
 
 /// Drivers by provider name.
 #[derive(Clone, Default)]

@@ -7,6 +7,7 @@ mod machine;
 mod machine_class;
 mod machine_deployment;
 mod machine_set;
+pub mod names;
 mod shared;
 
 pub use machine::*;

@@ -37,8 +37,8 @@ use super::triggers::{refs, scoped};
 use crate::api::capi;
 use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;
+use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::MachineConfig;
-use crate::lifecycle::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::safety::SafetyConfig;
 use crate::providers::DriverRegistry;
 

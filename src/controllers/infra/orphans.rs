@@ -21,13 +21,13 @@ use super::InfraContext;
 use crate::api::capi::{self, Cluster};
 use crate::api::infra::MCMMachine;
 use crate::api::mcm::Machine;
+use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::controllers::context::key_of;
 use crate::controllers::driver_request::mcm_machine_class;
 use crate::controllers::informer::Notice;
 use crate::controllers::safety::schedule_orphan_collections;
 use crate::convert::machine::to_hub;
 use crate::lifecycle::infra::{self, ClassUser};
-use crate::lifecycle::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::safety::{self, Claimant, Claims, Orphan, SafetyConfig};
 use crate::providers::{ClassInfo, Code, ListMachinesRequest, MachineInfo, MachineRequest, SecretData};
 

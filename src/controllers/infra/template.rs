@@ -11,10 +11,10 @@ use serde_json::{Map, Value, json};
 
 use crate::api::infra::MCMMachineTemplate;
 use crate::api::mcm::MachineClass;
+use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::lifecycle::infra;
-use crate::lifecycle::names::MACHINE_CLASS_KIND;
 
 /// What the template reconciles share.
 pub(crate) struct TemplateContext {

@@ -18,18 +18,18 @@ use serde_json::json;
 use super::Flavour;
 use super::settle::Written;
 use crate::api::mcm;
+use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRIORITY_ANNOTATION};
+use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::writes::{self, MANAGER, guarded};
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, controller_of, release_patch};
-use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME};
 use crate::lifecycle::machine_deployment::nodes::{DeploymentMachine, NodeEffects};
 use crate::lifecycle::machine_deployment::plan::{
     DeploymentDecision, DeploymentObservation, DeploymentPlan, EventType, FinalizerChange, plan_deployment,
 };
 use crate::lifecycle::machine_deployment::template::{CreateConflict, on_create_conflict};
-use crate::lifecycle::machine_deployment::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
-use crate::lifecycle::names::NODE_LABEL;
 use crate::lifecycle::status::EventSpec;
 
 /// The writes of a pass, of the flavour's kinds.
@@ -190,7 +190,7 @@ async fn execute<F: Flavour>(
         for mark in &plan.machine_marks {
             let mut annotations = serde_json::Map::new();
             if mark.priority_one {
-                annotations.insert(MACHINE_PRIORITY.into(), json!("1"));
+                annotations.insert(PRIORITY_ANNOTATION.into(), json!("1"));
             }
             if let Some(t) = &mark.marked_for_deletion_time {
                 annotations.insert(MARKED_FOR_DELETION_TIME.into(), json!(t));

@@ -17,11 +17,11 @@ use serde_json::{Value, json};
 use super::Flavour;
 use super::deployment::WrittenBy;
 use crate::api::mcm;
+use crate::api::mcm::names::{PRESERVE, PRESERVE_AUTO};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes;
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, release_patch};
-use crate::lifecycle::deletion_order::{PRESERVE, PRESERVE_AUTO};
 use crate::lifecycle::machine_set::propagation::plan_propagation;
 use crate::lifecycle::machine_set::status::{FailedOperation, ReplicaFailure};
 use crate::lifecycle::machine_set::{

@@ -15,6 +15,9 @@ use serde_json::{Value, json};
 
 use super::SetsContext;
 use super::machine_deployment::{report_invalid, write_status};
+use crate::api::mcm::names::MACHINE_FINALIZER;
+use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::PRESERVE;
 use crate::api::mcm::{Machine, MachineDeployment, MachineDeploymentStatus, MachineSet, MachineStatus};
 use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
@@ -23,13 +26,11 @@ use crate::controllers::replicas::Flavour;
 use crate::controllers::writes::{MANAGER, patch_params};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_ref;
-use crate::lifecycle::deletion_order::PRESERVE;
-use crate::lifecycle::machine_deployment::plan::{DeploymentOptions, FINALIZER, create_failed};
+use crate::lifecycle::machine_deployment::plan::{DeploymentOptions, create_failed};
 use crate::lifecycle::machine_deployment::status::status_update_required;
 use crate::lifecycle::machine_deployment::validation::ValidationError;
 use crate::lifecycle::machine_set::machines::{deleting_status, machine_from_template};
 use crate::lifecycle::machine_set::status::{self as set_status, ReplicaFailure, machine_set_status};
-use crate::lifecycle::names::NODE_LABEL;
 use crate::lifecycle::status::EventSpec;
 use crate::lifecycle::status_patch;
 
@@ -39,9 +40,9 @@ impl Flavour for SetsContext {
     type Deployment = MachineDeployment;
     type CreateContext = Machine;
 
-    const DEPLOYMENT_FINALIZER: &'static str = FINALIZER;
+    const DEPLOYMENT_FINALIZER: &'static str = MACHINE_FINALIZER;
     const RETRY_PREFIX: &'static str = "";
-    const SET_FINALIZER: &'static str = FINALIZER;
+    const SET_FINALIZER: &'static str = MACHINE_FINALIZER;
 
     fn control(&self) -> &Client {
         &self.base.control

@@ -15,12 +15,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::SetsContext;
+use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::api::mcm::{MachineDeployment, MachineDeploymentStatus};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
 use crate::controllers::replicas;
 use crate::controllers::writes::patch_params;
-use crate::lifecycle::machine_deployment::plan::FINALIZER;
 use crate::lifecycle::machine_deployment::status::{invalid_spec_status, status_update_required};
 use crate::lifecycle::machine_deployment::validation::{ValidationError, validate};
 use crate::lifecycle::status::EventSpec;
@@ -51,7 +51,7 @@ pub(super) fn error_policy(d: Arc<MachineDeployment>, error: &Error, ctx: Arc<Se
 }
 
 fn has_finalizer(d: &MachineDeployment) -> bool {
-    d.finalizers().iter().any(|f| f == FINALIZER)
+    d.finalizers().iter().any(|f| f == MACHINE_FINALIZER)
 }
 
 fn describe(d: &MachineDeployment) -> String {

@@ -11,10 +11,10 @@ use kube::runtime::controller::Action;
 
 use super::SetsContext;
 use crate::api::mcm::MachineSet;
+use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
 use crate::controllers::replicas;
-use crate::lifecycle::machine_deployment::plan::FINALIZER;
 use crate::lifecycle::machine_set::{SetValidationError, validate_machine_set};
 use crate::lifecycle::status::EventSpec;
 
@@ -47,7 +47,7 @@ pub(super) fn error_policy(set: Arc<MachineSet>, error: &Error, ctx: Arc<SetsCon
 }
 
 fn has_finalizer(set: &MachineSet) -> bool {
-    set.finalizers().iter().any(|f| f == FINALIZER)
+    set.finalizers().iter().any(|f| f == MACHINE_FINALIZER)
 }
 
 async fn report_invalid(ctx: &SetsContext, set: &MachineSet, errors: &[SetValidationError]) {

@@ -39,13 +39,13 @@ use super::context::{Context, lock};
 use super::informer::{Changed, Informer, Notice};
 use super::tasks::{controller, on_stop};
 use super::triggers::{controller_named, hash_of, owners_of, refs, scoped};
+use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRESERVE, PRIORITY_ANNOTATION};
+use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 use crate::lifecycle::claim::controller_of;
-use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME, PRESERVE};
 use crate::lifecycle::freeze::FreezeOptions;
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
-use crate::lifecycle::machine_deployment::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
-use crate::lifecycle::names::NODE_LABEL;
 
 /// How the MachineSet and MachineDeployment controllers and the overshoot freeze run (MCM's
 /// machine-controller-manager flags).
@@ -235,7 +235,7 @@ fn machine_key_for_deployment(m: &Machine) -> u64 {
         m.labels().get(NODE_LABEL).cloned(),
         current.map(|c| (format!("{:?}", c.phase), c.preserve_expiry_time.is_some())),
         m.metadata.deletion_timestamp.is_some(),
-        annotations.get(MACHINE_PRIORITY).cloned(),
+        annotations.get(PRIORITY_ANNOTATION).cloned(),
         annotations.get(MARKED_FOR_DELETION_TIME).cloned(),
     ))
 }

@@ -18,6 +18,8 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::SetsContext;
+use crate::api::mcm::names::UNFREEZE;
+use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE};
 use crate::api::mcm::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
     MachineSet, MachineSetConditionType,
@@ -30,11 +32,10 @@ use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::freeze::{
-    FROZE_MACHINE_SET, FreezeAction, SetFreezeFacts, UNFREEZE, UNFROZE_MACHINE_SET, count_machines,
-    frozen_set_condition, plan_freeze_sweep, thresholds,
+    FROZE_MACHINE_SET, FreezeAction, SetFreezeFacts, UNFROZE_MACHINE_SET, count_machines, frozen_set_condition,
+    plan_freeze_sweep, thresholds,
 };
 use crate::lifecycle::machine_deployment::status::{new_condition, remove_condition, set_condition};
-use crate::lifecycle::machine_set::{FREEZE_LABEL, FREEZE_VALUE};
 use crate::lifecycle::status::EventSpec;
 
 /// Runs sweeps until `shutdown` resolves: every period, and after Machine additions.

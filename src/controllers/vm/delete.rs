@@ -7,11 +7,11 @@ use jiff::Timestamp;
 
 use super::{Stage, VmFlavour};
 use crate::api::mcm::Machine;
+use crate::api::mcm::names::NODE_LABEL;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::lifecycle::Effective;
 use crate::lifecycle::delete::{self, DeleteAction, DeleteAnswer, DeleteObservation};
-use crate::lifecycle::names::NODE_LABEL;
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::StatusPatch;
 use crate::providers::DriverError;

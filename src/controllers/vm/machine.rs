@@ -14,6 +14,9 @@ use rand::Rng;
 use serde_json::json;
 
 use super::{Cloud, NotPrepared, Stage, VmFlavour};
+use crate::api::mcm::names::{
+    MACHINE_FINALIZER, MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, TERMINATING_CONDITION,
+};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::controllers::context::{Context, key_of};
 use crate::controllers::driver_request::{class_info, class_secrets, machine_info};
@@ -22,9 +25,6 @@ use crate::controllers::writes;
 use crate::drain::{self, DrainOptions, DrainOutcome};
 use crate::lifecycle::create::{self, Vm};
 use crate::lifecycle::delete::{self, ForceReason, NodeDeletion, VolumeAttachments};
-use crate::lifecycle::names::{
-    MACHINE_FINALIZER, MACHINE_NAME_LABEL, NODE_FINALIZER, NODE_LABEL, TERMINATING_CONDITION,
-};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::{EventSpec, StatusPatch};
 use crate::lifecycle::userdata::{self, BOOTSTRAP_TOKEN_NAMESPACE};

@@ -21,7 +21,9 @@ use crate::lifecycle::config::Effective;
 use crate::lifecycle::requeue::{Next, sleep_until};
 use crate::lifecycle::retry::RetryClass;
 use crate::lifecycle::status::{EventSpec, StatusPatch};
-use crate::providers::{Code, CreateMachineResponse, DriverError, InitializeMachineResponse, MachineStatusResponse};
+use crate::providers::contract::{
+    Code, CreateMachineResponse, DriverError, InitializeMachineResponse, MachineStatusResponse,
+};
 
 /// What one pass of the create flow observes.
 pub struct CreateObservation<'a> {

@@ -20,7 +20,7 @@ use crate::lifecycle::config::{Effective, MachineConfig};
 use crate::lifecycle::create::{node_label, provider_id};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::{EventSpec, StatusPatch};
-use crate::providers::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError};
 
 /// What one step of the deletion flow observes.
 #[derive(Clone, Copy)]

@@ -21,12 +21,9 @@ use jiff::Timestamp;
 
 use super::nodes::DeploymentMachine;
 use super::status::{DEPLOYMENT_PAUSED, NEW_MACHINE_SET_AVAILABLE};
+use crate::api::mcm::names::{LAST_REPLICA_CHANGE_BY_SCALER, TRIGGER_DELETION_BY_MCM};
 use crate::api::mcm::{ConditionStatus, MachineDeploymentCondition, MachineDeploymentConditionType, MachinePhase};
-use crate::lifecycle::machine_set::LAST_REPLICA_CHANGE_BY_SCALER;
 use crate::lifecycle::object_meta::{format_rfc3339, parse_rfc3339};
-
-/// Deployment annotation through which the autoscaler names the machines to delete.
-pub const TRIGGER_DELETION_BY_MCM: &str = "node.machine.sapcloud.io/trigger-deletion-by-mcm";
 
 /// One entry of [`TRIGGER_DELETION_BY_MCM`].
 #[derive(Clone, Debug, PartialEq, Eq)]

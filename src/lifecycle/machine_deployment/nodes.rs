@@ -13,9 +13,9 @@
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::{NODE_LABEL, PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
+use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRIORITY_ANNOTATION};
+use crate::api::mcm::names::{NODE_LABEL, PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::api::mcm::{Machine, MachinePhase};
-use crate::lifecycle::deletion_order::{MACHINE_PRIORITY, MARKED_FOR_DELETION_TIME};
 use crate::lifecycle::object_meta::{annotation, label};
 
 /// What the rollout needs to know of a Node.
@@ -86,7 +86,7 @@ impl DeploymentMachine {
             phase: current.and_then(|c| c.phase.clone()),
             deleting: meta.deletion_timestamp.is_some(),
             preserve_expiry_set: current.is_some_and(|c| c.preserve_expiry_time.is_some()),
-            priority: annotation(meta, MACHINE_PRIORITY).map(str::to_string),
+            priority: annotation(meta, PRIORITY_ANNOTATION).map(str::to_string),
             marked_for_deletion_time: annotation(meta, MARKED_FOR_DELETION_TIME).map(str::to_string),
         }
     }
@@ -240,7 +240,7 @@ mod tests {
 
         let mut m = Machine::new("m1", Default::default());
         m.metadata.labels = Some(map(&[(NODE_LABEL, "n1")]));
-        m.metadata.annotations = Some(map(&[(MACHINE_PRIORITY, "1"), (MARKED_FOR_DELETION_TIME, "t")]));
+        m.metadata.annotations = Some(map(&[(PRIORITY_ANNOTATION, "1"), (MARKED_FOR_DELETION_TIME, "t")]));
         m.metadata.owner_references = Some(vec![OwnerReference {
             kind: "MachineSet".into(),
             name: "s1".into(),

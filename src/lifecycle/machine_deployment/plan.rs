@@ -36,14 +36,13 @@ use super::status::{
 };
 use super::template::{find_new_machine_set, machine_set_name, new_machine_set, sync_in_place, template_hash};
 use super::validation::{ValidationError, validate};
-use super::{PREFER_NO_SCHEDULE, REVISION, actual, set_name, spec_replicas};
+use super::{actual, set_name, spec_replicas};
+use crate::api::mcm::names::{MACHINE_FINALIZER, PREFER_NO_SCHEDULE, REVISION};
 use crate::api::mcm::{
     ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachineDeploymentStatus, MachineSet,
 };
 use crate::lifecycle::object_meta::{annotation, merge_patch_of, set_annotation};
 
-/// The finalizer MCM puts on its objects.
-pub const FINALIZER: &str = "machine.sapcloud.io/machine-controller-manager";
 /// Event: a set was scaled.
 pub const SCALING_MACHINE_SET: &str = "ScalingMachineSet";
 /// Event: rolled back.
@@ -114,7 +113,7 @@ pub struct SetUpdate {
 /// Adding or removing the deployment's finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinalizerChange {
-    /// Add [`FINALIZER`].
+    /// Add [`MACHINE_FINALIZER`].
     Add,
     /// Remove it: the deployment is being deleted and has no MachineSet left.
     Remove,
@@ -221,7 +220,7 @@ pub fn create_failed(
 }
 
 fn has_finalizer(d: &MachineDeployment) -> bool {
-    d.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
+    d.metadata.finalizers.iter().flatten().any(|f| f == MACHINE_FINALIZER)
 }
 
 /// Working copies and the plan being built.

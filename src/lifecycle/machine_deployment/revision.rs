@@ -10,14 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use super::autoscaler::TRIGGER_DELETION_BY_MCM;
 use super::template::equal_ignore_hash;
-use super::{
+use super::{actual, by_creation, set_name, spec_replicas};
+use crate::api::mcm::names::TRIGGER_DELETION_BY_MCM;
+use crate::api::mcm::names::UNFREEZE;
+use crate::api::mcm::names::{
     DESIRED_REPLICAS, LAST_APPLIED_CONFIGURATION, MAX_REPLICAS, PREFER_NO_SCHEDULE, REVISION, REVISION_HISTORY,
-    TEMPLATE_HASH_LABEL, actual, by_creation, set_name, spec_replicas,
+    TEMPLATE_HASH_LABEL,
 };
 use crate::api::mcm::{MachineDeployment, MachineSet, MachineTemplateSpec};
-use crate::lifecycle::freeze::UNFREEZE;
 use crate::lifecycle::object_meta::{annotation, set_annotation};
 
 /// Deployment annotations never copied to MachineSets (nor back on rollback).

@@ -14,7 +14,8 @@
 //! result 3 and 2.
 
 use super::rollout::{ScaleTarget, is_rolling_update, max_surge};
-use super::{DESIRED_REPLICAS, MAX_REPLICAS, available, by_creation, set_name, spec_replicas, sum};
+use super::{available, by_creation, set_name, spec_replicas, sum};
+use crate::api::mcm::names::{DESIRED_REPLICAS, MAX_REPLICAS};
 use crate::api::mcm::{MachineDeployment, MachineSet};
 use crate::lifecycle::object_meta::annotation;
 

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
-use super::TEMPLATE_HASH_LABEL;
+use crate::api::mcm::names::TEMPLATE_HASH_LABEL;
 use crate::api::mcm::{MachineDeployment, MachineSet, MachineSetSpec, MachineTemplateSpec};
 use crate::lifecycle::machine_set::propagation::node_templates_equal;
 use crate::lifecycle::object_meta::{canonical_json, normalized_json, semantically_equal};

@@ -6,7 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{DESIRED_REPLICAS, MAX_REPLICAS, REVISION, TEMPLATE_HASH_LABEL};
+use crate::api::mcm::names::{DESIRED_REPLICAS, MAX_REPLICAS, REVISION, TEMPLATE_HASH_LABEL};
 use crate::api::mcm::{
     ClassSpec, MachineDeployment, MachineDeploymentSpec, MachineDeploymentStrategy, MachineDeploymentStrategyType,
     MachineSet, MachineSetSpec, MachineSetStatus, MachineSpec, MachineTemplateSpec, UpdateConfiguration,

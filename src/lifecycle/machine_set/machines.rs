@@ -12,9 +12,9 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::super::claim::controller_ref;
-use super::super::names::EFFECTIVE_CREATION_TIMEOUT_ANNOTATION;
 use super::super::object_meta::annotation;
 use super::super::status::{self, StatusPatch};
+use crate::api::mcm::names::EFFECTIVE_CREATION_TIMEOUT_ANNOTATION;
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineSet, MachineState};
 
 /// The `lastOperation.description` of a machine the MachineSet controller deletes (MCM's text).

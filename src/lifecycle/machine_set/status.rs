@@ -12,11 +12,11 @@
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+use crate::api::mcm::names::{PRESERVE, PRESERVE_AUTO};
 use crate::api::mcm::{
     ConditionStatus, LastOperation, Machine, MachinePhase, MachineSet, MachineSetCondition, MachineSetConditionType,
     MachineSetStatus, MachineState, MachineSummary,
 };
-use crate::lifecycle::deletion_order::{PRESERVE, PRESERVE_AUTO};
 use crate::lifecycle::object_meta::{annotation, labels_match};
 
 /// Which kind of machine operation of the replica plan failed.

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
+use crate::api::mcm::names::MARKED_FOR_DELETION_TIME;
 use crate::api::mcm::{CurrentStatus, MachineSetSpec, MachineSetStatus, MachineStatus};
-use crate::lifecycle::deletion_order::MARKED_FOR_DELETION_TIME;
 
 const NOW: &str = "2026-03-01T12:00:00Z";
 const FUTURE: &str = "2026-03-02T12:00:00Z";
@@ -48,7 +48,7 @@ impl M {
         self
     }
     fn marked(self, at: &str) -> Self {
-        self.ann(MACHINE_PRIORITY, "1").ann(MARKED_FOR_DELETION_TIME, at)
+        self.ann(PRIORITY_ANNOTATION, "1").ann(MARKED_FOR_DELETION_TIME, at)
     }
     fn preserve(self, value: &str) -> Self {
         self.ann(PRESERVE, value)
@@ -284,7 +284,7 @@ fn replica_plan_table() {
             s(2).scaler_change(cut),
             vec![
                 m("a", Running, 0),
-                m("b", Running, 1).ann(MACHINE_PRIORITY, "01").ann(MARKED_FOR_DELETION_TIME, before),
+                m("b", Running, 1).ann(PRIORITY_ANNOTATION, "01").ann(MARKED_FOR_DELETION_TIME, before),
             ],
             nothing(),
         ),

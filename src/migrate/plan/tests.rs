@@ -171,18 +171,18 @@ fn the_migrations_own_pause_does_not_change_the_plan() {
     let a = d.metadata.annotations.get_or_insert_with(Default::default);
     a.insert(WAS_PAUSED_ANNOTATION.into(), "false".into());
     a.insert(STEP_ANNOTATION.into(), "paused".into());
-    a.insert(crate::lifecycle::names::PAUSED_ANNOTATION.into(), "mcm migrate".into());
+    a.insert(crate::api::mcm::names::PAUSED_ANNOTATION.into(), "mcm migrate".into());
     for s in &mut paused.sets {
         s.metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(crate::lifecycle::names::PAUSED_ANNOTATION.into(), "x".into());
+            .insert(crate::api::mcm::names::PAUSED_ANNOTATION.into(), "x".into());
     }
     for m in &mut paused.machines {
         m.metadata
             .annotations
             .get_or_insert_with(Default::default)
-            .insert(crate::lifecycle::names::PAUSED_ANNOTATION.into(), "x".into());
+            .insert(crate::api::mcm::names::PAUSED_ANNOTATION.into(), "x".into());
     }
     let after = plan(&paused, &target());
     assert_eq!(after.objects(), before.objects());

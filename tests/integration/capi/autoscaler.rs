@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use mcm::lifecycle::machine_deployment::autoscaler::TRIGGER_DELETION_BY_MCM;
-use mcm::lifecycle::machine_set::LAST_REPLICA_CHANGE_BY_SCALER;
+use mcm::api::mcm::names::LAST_REPLICA_CHANGE_BY_SCALER;
+use mcm::api::mcm::names::TRIGGER_DELETION_BY_MCM;
 use serde_json::json;
 
 use super::{create_deployment, deployment, env, patch_deployment, rolling, wait_running};

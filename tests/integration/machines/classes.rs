@@ -5,8 +5,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
+use mcm::api::mcm::names::{MACHINE_FINALIZER, SECRET_FINALIZER};
 use mcm::api::mcm::{MachineClass, MachinePhase};
-use mcm::lifecycle::names::{MACHINE_FINALIZER, SECRET_FINALIZER};
 use serde_json::json;
 
 use super::{Env, NS, WAIT, fast_options};

@@ -6,7 +6,7 @@ use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use mcm::api::mcm::MachinePhase;
-use mcm::lifecycle::names::NODE_FINALIZER;
+use mcm::api::mcm::names::NODE_FINALIZER;
 use serde_json::json;
 
 use super::{Env, WAIT, fast_options};

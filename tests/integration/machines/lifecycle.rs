@@ -4,10 +4,10 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use mcm::api::mcm::{MachineOperationType, MachinePhase, MachineState};
-use mcm::lifecycle::names::{
+use mcm::api::mcm::names::{
     JOIN_DURATION_ANNOTATION, LAST_APPLIED_ANNOTATION, MACHINE_FINALIZER, MACHINE_NAME_LABEL, PRIORITY_ANNOTATION,
 };
+use mcm::api::mcm::{MachineOperationType, MachinePhase, MachineState};
 use mcm::lifecycle::userdata::{token_id, token_secret_name};
 use serde_json::json;
 

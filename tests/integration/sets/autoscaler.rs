@@ -1,9 +1,9 @@
 //! The cluster-autoscaler's targeted scale-down: one MachineDeployment update lowers the replicas and names the
 //! machine in `node.machine.sapcloud.io/trigger-deletion-by-mcm`; exactly that machine goes.
 
-use mcm::lifecycle::deletion_order::MACHINE_PRIORITY;
-use mcm::lifecycle::machine_deployment::autoscaler::TRIGGER_DELETION_BY_MCM;
-use mcm::lifecycle::machine_set::LAST_REPLICA_CHANGE_BY_SCALER;
+use mcm::api::mcm::names::LAST_REPLICA_CHANGE_BY_SCALER;
+use mcm::api::mcm::names::PRIORITY_ANNOTATION;
+use mcm::api::mcm::names::TRIGGER_DELETION_BY_MCM;
 use serde_json::json;
 
 use super::{WAIT, Watch, apis, create, deployment, env_with_class, machines_of, merge, rolling, wait_settled};
@@ -24,7 +24,7 @@ async fn an_autoscaler_scale_down_removes_exactly_the_named_machine() {
     let watch = Watch::start(&env, move |all| {
         all.iter().filter(|m| m.metadata.deletion_timestamp.is_some()).find_map(|m| {
             let name = m.metadata.name.clone().unwrap_or_default();
-            let priority = m.metadata.annotations.as_ref().and_then(|a| a.get(MACHINE_PRIORITY)).cloned();
+            let priority = m.metadata.annotations.as_ref().and_then(|a| a.get(PRIORITY_ANNOTATION)).cloned();
             (name != chosen || priority.as_deref() != Some("1"))
                 .then(|| format!("{name} is being deleted with priority {priority:?}"))
         })

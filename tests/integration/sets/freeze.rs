@@ -1,8 +1,8 @@
 //! The overshoot freeze: machines created behind the controllers' back freeze the set and its deployment (no
 //! creation while frozen), the count falling back unfreezes them, and the unfreeze annotation lifts a freeze.
 
+use mcm::api::mcm::names::UNFREEZE;
 use mcm::api::mcm::{Machine, MachineDeploymentConditionType, MachineSet, MachineSetConditionType};
-use mcm::lifecycle::freeze::UNFREEZE;
 use serde_json::json;
 
 use super::{

@@ -4,10 +4,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use mcm::api::mcm::{Machine, MachineDeploymentConditionType};
-use mcm::lifecycle::machine_deployment::{
+use mcm::api::mcm::names::{
     PREFER_NO_SCHEDULE, REVISION, REVISION_HISTORY, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM,
 };
+use mcm::api::mcm::{Machine, MachineDeploymentConditionType};
 use serde_json::json;
 
 use super::{

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use mcm::api::mcm::names::MACHINE_FINALIZER;
 use mcm::api::mcm::{MachineDeploymentConditionType, MachinePhase};
-use mcm::lifecycle::machine_deployment::plan::FINALIZER;
 use serde_json::json;
 
 use super::{
@@ -28,9 +28,9 @@ async fn a_deployment_scales_from_0_to_10_to_3_with_kubectl_scale() {
 
     // Finalizers on the deployment and its set; the set's status as MCM writes it.
     let d = apis.deployments.get("web").await.unwrap();
-    assert!(d.metadata.finalizers.unwrap().contains(&FINALIZER.to_string()));
+    assert!(d.metadata.finalizers.unwrap().contains(&MACHINE_FINALIZER.to_string()));
     let set = apis.sets.get(&set_name).await.unwrap();
-    assert!(set.metadata.finalizers.clone().unwrap().contains(&FINALIZER.to_string()));
+    assert!(set.metadata.finalizers.clone().unwrap().contains(&MACHINE_FINALIZER.to_string()));
     let status = set.status.clone().unwrap();
     assert_eq!(
         (status.replicas, status.fully_labeled_replicas, status.ready_replicas, status.available_replicas),

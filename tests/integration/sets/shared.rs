@@ -1,8 +1,8 @@
 //! The shared rolling-update and deletion-order tables (`crate::scenarios`) on MCM's objects.
 
 use kube::api::{ApiResource, DynamicObject};
+use mcm::api::mcm::names::PRIORITY_ANNOTATION;
 use mcm::api::mcm::{Machine, MachineDeployment};
-use mcm::lifecycle::deletion_order::MACHINE_PRIORITY;
 use serde_json::json;
 
 use super::{deployment, env_with_class, rolling};
@@ -26,7 +26,7 @@ fn flavour(env: &Env) -> Flavour {
             deployment(name, replicas, rolling(json!(surge), json!(unavailable)))
         },
         template_change: json!({"spec": {"template": {"metadata": {"labels": {"tier": "b"}}}}}),
-        delete_first: (MACHINE_PRIORITY, "1"),
+        delete_first: (PRIORITY_ANNOTATION, "1"),
         running,
     }
 }

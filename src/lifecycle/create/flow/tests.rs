@@ -3,9 +3,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::*;
+use crate::api::mcm::names::NODE_LABEL;
 use crate::api::mcm::{MachineOperationType, MachineState, MachineStatus};
 use crate::lifecycle::config::MachineConfig;
-use crate::lifecycle::names::NODE_LABEL;
 use crate::lifecycle::status;
 
 fn t(s: &str) -> Timestamp {

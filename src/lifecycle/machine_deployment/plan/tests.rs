@@ -4,8 +4,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::*;
+use crate::api::mcm::names::LAST_REPLICA_CHANGE_BY_SCALER;
+use crate::api::mcm::names::TRIGGER_DELETION_BY_MCM;
+use crate::api::mcm::names::{DESIRED_REPLICAS, MAX_REPLICAS, REVISION_HISTORY};
 use crate::api::mcm::{MachineDeploymentCondition, MachinePhase, MachineSetStatus, RollbackConfig};
-use crate::lifecycle::machine_deployment::autoscaler::TRIGGER_DELETION_BY_MCM;
 use crate::lifecycle::machine_deployment::nodes::NodeFacts;
 use crate::lifecycle::machine_deployment::status::{
     DEPLOYMENT_PAUSED, MACHINE_SET_UPDATED, MINIMUM_REPLICAS_AVAILABLE, NEW_MACHINE_SET_AVAILABLE,
@@ -14,8 +16,6 @@ use crate::lifecycle::machine_deployment::status::{
 use crate::lifecycle::machine_deployment::test_support::{
     SetExt, at_minute, deployment, map, ms, now, recreate, rolling,
 };
-use crate::lifecycle::machine_deployment::{DESIRED_REPLICAS, MAX_REPLICAS, REVISION_HISTORY};
-use crate::lifecycle::machine_set::LAST_REPLICA_CHANGE_BY_SCALER;
 
 fn cond(type_: MachineDeploymentConditionType, status: ConditionStatus, reason: &str) -> MachineDeploymentCondition {
     MachineDeploymentCondition {
@@ -31,7 +31,7 @@ fn cond(type_: MachineDeploymentConditionType, status: ConditionStatus, reason: 
 /// A deployment of `replicas` whose single set `s1` (revision 1) is complete, as the last reconcile left it.
 fn settled(replicas: i32, strategy: crate::api::mcm::MachineDeploymentStrategy) -> (MachineDeployment, MachineSet) {
     let mut d = deployment("d", replicas, strategy);
-    d.metadata.finalizers = Some(vec![FINALIZER.into()]);
+    d.metadata.finalizers = Some(vec![MACHINE_FINALIZER.into()]);
     d.metadata.annotations = Some(map(&[(REVISION, "1")]));
     let surge = max_surge(&d);
     d.status = Some(MachineDeploymentStatus {
