@@ -315,7 +315,8 @@ fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, Ap
         let (healthy, desired, expected) = budget(&pdb, &covered)
             .map_err(|e| ApiError::internal(format!("PodDisruptionBudget {} is invalid: {e}", pdb_key.1)))?;
         let allowed = (healthy - desired).max(0);
-        update_pdb_status(&mut store, &pdb_gr, &pdb_key, &pdb, healthy, desired, expected, allowed);
+        let counts = BudgetCounts { healthy, desired, expected, allowed };
+        update_pdb_status(&mut store, &pdb_gr, &pdb_key, &pdb, counts);
         if allowed <= 0 {
             let mut err = ApiError::too_many_requests();
             err.message = format!(
@@ -349,17 +350,16 @@ fn success() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
 }
 
-#[allow(clippy::too_many_arguments)]
-fn update_pdb_status(
-    store: &mut Store,
-    gr: &GroupResource,
-    key: &ObjectKey,
-    pdb: &Value,
+/// A PodDisruptionBudget's counts, as its status reports them.
+struct BudgetCounts {
     healthy: i64,
     desired: i64,
     expected: i64,
     allowed: i64,
-) {
+}
+
+fn update_pdb_status(store: &mut Store, gr: &GroupResource, key: &ObjectKey, pdb: &Value, counts: BudgetCounts) {
+    let BudgetCounts { healthy, desired, expected, allowed } = counts;
     let mut updated = pdb.clone();
     let status = json!({
         "currentHealthy": healthy, "desiredHealthy": desired, "expectedPods": expected,

@@ -15,10 +15,8 @@ use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
 use crate::controllers::vm::{Cloud, NotPrepared, Stage, VmFlavour};
 use crate::controllers::writes;
-use crate::drain::DrainOptions;
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::create::Vm;
-use crate::lifecycle::delete::{ForceReason, NodeDeletion, VolumeAttachments};
 use crate::lifecycle::infra::{self, MACHINE_FINALIZER};
 use crate::lifecycle::status::{EventSpec, StatusPatch};
 use crate::providers::DriverError;
@@ -104,31 +102,6 @@ impl VmFlavour for InfraVm<'_> {
         write_status(self.ctx, self.api, obj, hub, write, self.now).await.map(|()| None)
     }
 
-    fn node_of_machine(&self, _: &Machine) -> Option<String> {
-        None
-    }
-    async fn label(&self, obj: &MCMMachine, _: &str) -> Result<MCMMachine, Error> {
-        Ok(obj.clone())
-    }
-    async fn drain(
-        &self,
-        _: &MCMMachine,
-        _: &Machine,
-        _: &DrainOptions,
-        _: Option<ForceReason>,
-        _: Timestamp,
-    ) -> Result<(), String> {
-        Ok(())
-    }
-    async fn volume_attachments(&self, _: &str) -> Result<VolumeAttachments, Error> {
-        Ok(VolumeAttachments::NoNode)
-    }
-    async fn delete_volume_attachments(&self, _: &[String]) -> Result<(), Error> {
-        Ok(())
-    }
-    async fn delete_node(&self, _: &str) -> NodeDeletion {
-        NodeDeletion::NoTarget
-    }
     async fn remove_finalizer(&self, obj: &MCMMachine) -> Result<(), Error> {
         writes::remove_finalizer(self.api, obj, MACHINE_FINALIZER).await?;
         self.ctx.retries.forget(&key_of(obj));

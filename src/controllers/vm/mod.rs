@@ -97,25 +97,41 @@ pub(crate) trait VmFlavour: Sync {
         stage: Stage<'_>,
     ) -> impl Future<Output = Result<Option<Self::Object>, Error>> + Send;
 
+    // The target cluster's part: a flavour without one (an MCMMachine) keeps these defaults, which the flows never
+    // reach without a target cluster anyway.
+
     /// A Node carrying the machine-name label (the deletion's way to a Node the machine has no label for).
-    fn node_of_machine(&self, hub: &Machine) -> Option<String>;
+    fn node_of_machine(&self, _hub: &Machine) -> Option<String> {
+        None
+    }
     /// Writes the `node` label; returns the object as written.
-    fn label(&self, obj: &Self::Object, node: &str) -> impl Future<Output = Result<Self::Object, Error>> + Send;
+    fn label(&self, obj: &Self::Object, _node: &str) -> impl Future<Output = Result<Self::Object, Error>> + Send {
+        let obj = obj.clone();
+        async move { Ok(obj) }
+    }
     /// Sets the Node's `Terminating` condition, cordons and drains it (`Err`: why it failed).
     fn drain(
         &self,
-        obj: &Self::Object,
-        hub: &Machine,
-        options: &DrainOptions,
-        force: Option<ForceReason>,
-        now: Timestamp,
-    ) -> impl Future<Output = Result<(), String>> + Send;
+        _obj: &Self::Object,
+        _hub: &Machine,
+        _options: &DrainOptions,
+        _force: Option<ForceReason>,
+        _now: Timestamp,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
     /// The Node's VolumeAttachments.
-    fn volume_attachments(&self, node: &str) -> impl Future<Output = Result<VolumeAttachments, Error>> + Send;
+    fn volume_attachments(&self, _node: &str) -> impl Future<Output = Result<VolumeAttachments, Error>> + Send {
+        async { Ok(VolumeAttachments::NoNode) }
+    }
     /// Deletes these VolumeAttachments.
-    fn delete_volume_attachments(&self, names: &[String]) -> impl Future<Output = Result<(), Error>> + Send;
+    fn delete_volume_attachments(&self, _names: &[String]) -> impl Future<Output = Result<(), Error>> + Send {
+        async { Ok(()) }
+    }
     /// Deletes the Node (MCM's node finalizer first).
-    fn delete_node(&self, node: &str) -> impl Future<Output = NodeDeletion> + Send;
+    fn delete_node(&self, _node: &str) -> impl Future<Output = NodeDeletion> + Send {
+        async { NodeDeletion::NoTarget }
+    }
     /// Removes the flow's finalizer: the deletion is complete.
     fn remove_finalizer(&self, obj: &Self::Object) -> impl Future<Output = Result<(), Error>> + Send;
 }
