@@ -227,3 +227,17 @@ async fn pending_waits_for_critical_components() {
     assert!(taints.is_empty(), "{taints:?}");
     env.shutdown().await;
 }
+
+/// A Machine that names its VM (a providerID, no `node` label: adopted by hand, or AWS answering NotFound right
+/// after a launch) is trusted when the driver cannot find that VM: it is never given a second one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_naming_its_vm_is_never_given_a_second_one() {
+    let env = Env::start(fast_options()).await;
+    env.class("small", json!({})).await;
+    let named = "inmemory:///local-a/i-00000000000000aa";
+    env.create("m.yaml", &machine_yaml("adopted", "small", &format!("  providerID: {named}\n"))).await;
+    let m = env.wait_phase("adopted", MachinePhase::Pending, WAIT).await;
+    assert_eq!(m.spec.provider_id.as_deref(), Some(named), "the providerID it names is kept");
+    assert!(env.vms_of("adopted").is_empty(), "no second VM: {:?}", env.vms_of("adopted"));
+    env.shutdown().await;
+}
