@@ -79,6 +79,24 @@ impl RetryBook {
     }
 }
 
+/// The generation of each invalid object last reported, so an invalid spec is reported once, not every resync.
+#[derive(Default)]
+pub(crate) struct Reports {
+    reported: Mutex<HashMap<String, i64>>,
+}
+
+impl Reports {
+    /// Whether an invalid spec of `object` at `generation` is news (and remembers it).
+    pub(crate) fn first(&self, object: &str, generation: i64) -> bool {
+        lock(&self.reported).insert(object.to_string(), generation) != Some(generation)
+    }
+
+    /// Forgets the reports of a spec that is valid again.
+    pub(crate) fn valid_again(&self, object: &str) {
+        lock(&self.reported).remove(object);
+    }
+}
+
 /// Machines inside the create flow. The termination controller leaves them alone until the flow is done (MCM's
 /// `pendingMachineCreationMap`), so a VM created while the deletion starts is never missed.
 #[derive(Default)]
@@ -188,20 +206,7 @@ impl Context {
 
     /// Records `event` on `object`; a failure is only logged (events are best effort).
     pub(crate) async fn publish<K: Resource<DynamicType = ()>>(&self, object: &K, event: EventSpec) {
-        let reference = object.object_ref(&());
-        let e = Event {
-            type_: match event.severity {
-                Severity::Normal => EventType::Normal,
-                Severity::Warning => EventType::Warning,
-            },
-            reason: event.reason.to_string(),
-            note: Some(truncate(event.note, 1000)),
-            action: event.reason.to_string(),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&e, &reference).await {
-            tracing::debug!(object = %key_of(object), error = %err, "could not record an event");
-        }
+        publish_to(&self.recorder, object, event).await;
     }
 }
 

@@ -47,6 +47,25 @@ where
     UnboundedReceiverStream::new(rx).flat_map(move |n| stream::iter(map(n)))
 }
 
+/// A stream of the objects of an informer as they are created or changed (deletions wake nobody: finalizers
+/// make a deletion an update first).
+pub(super) fn applied<K>(informer: &mut Informer<K>) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
+where
+    K: Resource<DynamicType = ()>
+        + kube::runtime::reflector::Lookup<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    refs(informer.subscribe(), |n| match n {
+        Notice::Applied(o) => Some(ObjectRef::from_obj(&*o)),
+        Notice::Deleted(_) => None,
+    })
+}
+
 pub(super) fn hash_of(value: impl Hash) -> u64 {
     let mut h = DefaultHasher::new();
     value.hash(&mut h);
@@ -136,10 +155,7 @@ pub(super) fn class_triggers(
     classes: &mut Informer<MachineClass>,
     machines: &mut Informer<Machine>,
 ) -> impl Stream<Item = ObjectRef<MachineClass>> + Send + 'static {
-    let own = refs(classes.subscribe(), |n| match n {
-        Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(classes);
     let class_of = |m: &Machine| (m.spec.class.kind == MACHINE_CLASS_KIND).then(|| m.spec.class.name.clone());
     let mut changed = Changed::new(class_of);
     let mut last: HashMap<String, ObjectRef<MachineClass>> = HashMap::new();
@@ -164,10 +180,7 @@ pub(super) fn secret_triggers(
     secrets: &mut Informer<Secret>,
     classes: &mut Informer<MachineClass>,
 ) -> impl Stream<Item = ObjectRef<Secret>> + Send + 'static {
-    let own = refs(secrets.subscribe(), |n| match n {
-        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(secrets);
     let mut last: HashMap<String, Vec<(String, String)>> = HashMap::new();
     let by_class = refs(classes.subscribe(), move |n: Notice<MachineClass>| {
         let c = n.object();

@@ -160,7 +160,7 @@ impl Flavour for CapiContext {
         errors: &[ValidationError],
         _: Timestamp,
     ) -> Result<(), Error> {
-        if self.first_report(&key_of(d), d.metadata.generation.unwrap_or(0)) {
+        if self.reported.first(&key_of(d), d.metadata.generation.unwrap_or(0)) {
             let note = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
             tracing::warn!(machine_deployment = %key_of(d), "not reconciled: {note}");
             publish_to(&self.deployment_events, d, EventSpec::warning("InvalidSpec", note)).await;

@@ -35,7 +35,7 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<CapiContext>) -> Re
     }
     let hub = machine_set_from_capi(&set);
     if !deleting && let Err(errors) = validate_machine_set(&hub) {
-        if ctx.first_report(&key, set.metadata.generation.unwrap_or(0)) {
+        if ctx.reported.first(&key, set.metadata.generation.unwrap_or(0)) {
             let note = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
             tracing::warn!(machine_set = %key, "not reconciled: {note}");
             publish_to(&ctx.set_events, &*set, EventSpec::warning("InvalidSpec", note)).await;

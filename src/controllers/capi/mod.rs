@@ -23,7 +23,7 @@ mod machine_deployment;
 mod machine_set;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
@@ -37,11 +37,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::ControllerOptions;
-use super::context::{RetryBook, lock};
-use super::informer::{Informer, Notice};
+use super::context::{Reports, RetryBook};
+use super::informer::{Informer, Notice, wait_all};
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
-use super::triggers::{controller_named, owners_of, refs, scoped};
+use super::triggers::{applied, controller_named, owners_of, refs, scoped};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
@@ -140,7 +140,7 @@ where
         return Ok(false);
     }
     let key = format!("upstream:{}:{}", K::kind(&()), super::context::key_of(object));
-    if ctx.first_report(&key, object.meta().generation.unwrap_or(0)) {
+    if ctx.reported.first(&key, object.meta().generation.unwrap_or(0)) {
         let note = "upstream Cluster API core manages this object (its finalizer is on it); the MCM core \
                     controllers leave it alone (see docs/capi-mode.md)";
         tracing::warn!(kind = %K::kind(&()), object = %super::context::key_of(object), "{note}");
@@ -178,19 +178,13 @@ pub(crate) struct CapiContext {
     pub machine_events: Recorder,
     pub retries: RetryBook,
     pub options: SetOptions,
-    /// The generation of each invalid object last reported, so a spec is reported once.
-    pub reported: Mutex<HashMap<String, i64>>,
+    /// Invalid objects reported.
+    pub reported: Reports,
 }
 
 impl CapiContext {
     async fn ready(&self) {
-        for ready in &self.ready {
-            let _ = ready.clone().wait_for(|r| *r).await;
-        }
-    }
-
-    fn first_report(&self, object: &str, generation: i64) -> bool {
-        lock(&self.reported).insert(object.to_string(), generation) != Some(generation)
+        wait_all(self.ready.clone()).await;
     }
 
     fn node(&self, name: &str) -> Option<Arc<Node>> {
@@ -305,7 +299,7 @@ pub(crate) fn start(
         machine_events: recorder("machine-controller"),
         retries: RetryBook::default(),
         options: options.sets.clone(),
-        reported: Mutex::default(),
+        reported: Reports::default(),
     });
     let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
@@ -409,10 +403,7 @@ fn set_triggers(
     machines: &mut Informer<Machine>,
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<MachineSet>> + Send + 'static {
-    let own = refs(sets.subscribe(), |n| match n {
-        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(sets);
     let store = ctx.sets.clone();
     let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| sets_of_machine(&store, n.object()));
     stream::select_all(vec![own.boxed(), by_machine.boxed()])
@@ -424,10 +415,7 @@ fn deployment_triggers(
     machines: &mut Informer<Machine>,
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static {
-    let own = refs(deployments.subscribe(), |n| match n {
-        Notice::Applied(d) => Some(ObjectRef::from_obj(&*d)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(deployments);
     let store = ctx.deployments.clone();
     let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| deployments_of_set(&store, n.object()));
     let c = ctx.clone();
@@ -465,10 +453,7 @@ fn cluster_triggers(
         let m = n.object();
         (!m.spec.cluster_name.is_empty()).then(|| of_cluster(m.namespace(), &m.spec.cluster_name))
     });
-    let own = refs(clusters.subscribe(), |n| match n {
-        Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(clusters);
     let store = ctx.clusters.clone();
     let by_infra = refs(infra_clusters.subscribe(), move |n: Notice<MCMCluster>| {
         let i = n.object();
@@ -494,10 +479,7 @@ fn machine_triggers(
     nodes: Option<tokio::sync::mpsc::UnboundedReceiver<Notice<Node>>>,
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<Machine>> + Send + 'static {
-    let own = refs(machines.subscribe(), |n| match n {
-        Notice::Applied(m) => Some(ObjectRef::from_obj(&*m)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(machines);
     // An MCMMachine belongs to the Machine owning it, or (before the owner reference) to the one of its name.
     let by_infra = refs(infra.subscribe(), |n: Notice<MCMMachine>| {
         let i = n.object();

@@ -12,9 +12,9 @@ use jiff::Timestamp;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::{Map, Value, json};
 
 use super::InfraContext;
+use super::status::{Write, write_status};
 use super::vm::InfraVm;
 use crate::api::capi;
 use crate::api::infra::MCMMachine;
@@ -27,27 +27,12 @@ use crate::controllers::vm::create::Created;
 use crate::controllers::vm::{self, Cloud};
 use crate::controllers::{requeue, writes};
 use crate::convert::machine::to_hub;
-use crate::lifecycle::infra::{self, BOOTSTRAP_DATA_KEY, Gate, MACHINE_FINALIZER, condition};
+use crate::lifecycle::infra::{self, BOOTSTRAP_DATA_KEY, Gate, MACHINE_FINALIZER};
 use crate::lifecycle::requeue::Next;
-use crate::lifecycle::status::{self, EventSpec, StatusPatch};
+use crate::lifecycle::status::EventSpec;
 use crate::lifecycle::userdata::merge_secret_data;
 use crate::lifecycle::{RetryClass, create};
 use crate::providers::{Code, DriverError, MachineInfo, MachineRequest};
-
-/// What one reconcile writes into the MCMMachine's status besides MCM's fields.
-#[derive(Default)]
-pub(super) struct Write {
-    /// MCM's fields (phase, lastOperation, lastKnownState, addresses).
-    pub patch: StatusPatch,
-    /// `status.initialization.provisioned`.
-    pub provisioned: Option<bool>,
-    /// `status.failureDomain`.
-    pub failure_domain: Option<String>,
-    /// The `Ready` condition.
-    pub ready: Option<(bool, &'static str, String)>,
-    /// The `Paused` condition.
-    pub paused: bool,
-}
 
 /// The owning Machine's name, from the ownerReferences (kind Machine of `cluster.x-k8s.io`).
 fn owner_name(m: &MCMMachine) -> Option<String> {
@@ -201,74 +186,4 @@ async fn delete_flow(
     let flavour = InfraVm { ctx, api, cloud, failure_domain: None, located: None, now };
     let next = vm::delete::run(&flavour, obj, hub, now).await?;
     Ok(requeue::action(&ctx.retries, &ctx.config, &gate, next, now))
-}
-
-/// Writes what changed: MCM's fields, the contract fields, the conditions; one status patch, or none.
-pub(super) async fn write_status(
-    ctx: &InfraContext,
-    api: &Api<MCMMachine>,
-    obj: &MCMMachine,
-    hub: &Machine,
-    write: Write,
-    now: Timestamp,
-) -> Result<(), Error> {
-    let current = obj.status.as_ref();
-    let deleting = obj.metadata.deletion_timestamp.is_some();
-    let patch = write.patch.minimize(hub.status.as_ref());
-    let event = status::phase_event(status::phase(hub), &patch);
-    let mut status = match patch.to_merge_patch() {
-        Value::Object(mut o) => match o.remove("status") {
-            Some(Value::Object(s)) => s,
-            _ => Map::new(),
-        },
-        _ => Map::new(),
-    };
-    // The hub's `conditions` are a Node's; an MCMMachine's are metav1 conditions, set below.
-    status.remove("conditions");
-    let generation = obj.metadata.generation;
-    let mut conditions: Option<Vec<_>> = None;
-    let existing = |c: &Option<Vec<_>>| c.clone().or_else(|| current.and_then(|s| s.conditions.clone()));
-    if let Some(changed) = infra::set_condition(
-        existing(&conditions).as_deref(),
-        condition::PAUSED,
-        infra::paused_condition(write.paused),
-        generation,
-        now,
-    ) {
-        conditions = Some(changed);
-    }
-    let ready = match (write.ready, deleting) {
-        (Some(r), _) => Some(r),
-        (None, true) if !write.paused => Some(infra::deleting(None)),
-        (None, _) => None,
-    };
-    if let Some(ready) = ready
-        && let Some(changed) =
-            infra::set_condition(existing(&conditions).as_deref(), condition::READY, ready, generation, now)
-    {
-        conditions = Some(changed);
-    }
-    if let Some(conditions) = conditions {
-        status.insert("conditions".into(), json!(conditions));
-    }
-    let current_provisioned = current.and_then(|s| s.initialization.as_ref()).and_then(|i| i.provisioned);
-    if let Some(p) = write.provisioned
-        && current_provisioned != Some(p)
-    {
-        status.insert("initialization".into(), json!({ "provisioned": p }));
-    }
-    if let Some(fd) = write.failure_domain
-        && current.and_then(|s| s.failure_domain.as_deref()) != Some(fd.as_str())
-    {
-        status.insert("failureDomain".into(), json!(fd));
-    }
-    if status.is_empty() {
-        return Ok(());
-    }
-    super::patch_status(api, obj, Value::Object(status)).await?;
-    if let Some(event) = event {
-        tracing::info!(mcmmachine = %key_of(obj), phase = %event.reason, "{}", event.note);
-        publish_to(&ctx.recorder, obj, event).await;
-    }
-    Ok(())
 }

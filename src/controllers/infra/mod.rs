@@ -14,6 +14,7 @@
 mod cluster;
 mod machine;
 mod orphans;
+mod status;
 mod template;
 mod vm;
 
@@ -33,7 +34,7 @@ use tokio::sync::watch;
 use super::context::{RetryBook, key_of};
 use super::informer::{Informer, Notice};
 use super::tasks::{Tasks, controller, on_stop};
-use super::triggers::{refs, scoped};
+use super::triggers::{applied, refs, scoped};
 use crate::api::capi;
 use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;
@@ -298,10 +299,7 @@ fn machine_triggers(
     store: Store<MCMMachine>,
     owner_store: Store<capi::Machine>,
 ) -> impl Stream<Item = ObjectRef<MCMMachine>> + Send + 'static {
-    let own = refs(machines.subscribe(), |n| match n {
-        Notice::Applied(m) => Some(ObjectRef::from_obj(&*m)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(machines);
     let by_owner = refs(owners.subscribe(), |n: Notice<capi::Machine>| infra_ref(n.object()));
     let in_cluster = store.clone();
     let by_cluster = refs(clusters.subscribe(), move |n: Notice<capi::Cluster>| {
@@ -364,10 +362,7 @@ fn cluster_triggers(
     clusters: &mut Informer<capi::Cluster>,
     store: Store<MCMCluster>,
 ) -> impl Stream<Item = ObjectRef<MCMCluster>> + Send + 'static {
-    let own = refs(infra_clusters.subscribe(), |n| match n {
-        Notice::Applied(c) => Some(ObjectRef::from_obj(&*c)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(infra_clusters);
     let by_cluster = refs(clusters.subscribe(), move |n: Notice<capi::Cluster>| {
         let c = n.object();
         let ns = c.namespace().unwrap_or_default();
@@ -393,10 +388,7 @@ fn template_triggers(
     classes: &mut Informer<MachineClass>,
     store: Store<MCMMachineTemplate>,
 ) -> impl Stream<Item = ObjectRef<MCMMachineTemplate>> + Send + 'static {
-    let own = refs(templates.subscribe(), |n| match n {
-        Notice::Applied(t) => Some(ObjectRef::from_obj(&*t)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(templates);
     let by_class = refs(classes.subscribe(), move |n: Notice<MachineClass>| {
         let c = n.object();
         let (ns, name) = (c.namespace().unwrap_or_default(), c.name_any());

@@ -8,7 +8,7 @@ use kube::{Api, ResourceExt};
 use serde_json::{Map, json};
 
 use super::InfraContext;
-use super::machine::{Write, write_status};
+use super::status::{Write, write_status};
 use crate::api::infra::MCMMachine;
 use crate::api::mcm::Machine;
 use crate::controllers::context::{key_of, publish_to};

@@ -36,7 +36,7 @@ pub(super) async fn reconcile(set: Arc<MachineSet>, ctx: Arc<SetsContext>) -> Re
             report_invalid(&ctx, &set, &errors).await;
             return Ok(resync);
         }
-        ctx.valid_again(&key);
+        ctx.reported.valid_again(&key);
     }
     replicas::set_pass(&*ctx, &*set).await
 }
@@ -52,7 +52,7 @@ fn has_finalizer(set: &MachineSet) -> bool {
 
 async fn report_invalid(ctx: &SetsContext, set: &MachineSet, errors: &[SetValidationError]) {
     let key = key_of(set);
-    if !ctx.first_report(&key, set.metadata.generation.unwrap_or(0)) {
+    if !ctx.reported.first(&key, set.metadata.generation.unwrap_or(0)) {
         return;
     }
     let note = errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");

@@ -20,8 +20,7 @@ mod machine_deployment;
 mod machine_set;
 mod overshoot;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -35,10 +34,10 @@ use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::ControllerOptions;
-use super::context::{Context, lock};
-use super::informer::{Changed, Informer, Notice};
+use super::context::{Context, Reports};
+use super::informer::{Changed, Informer, Notice, wait_all};
 use super::tasks::{controller, on_stop};
-use super::triggers::{controller_named, hash_of, owners_of, refs, scoped};
+use super::triggers::{applied, controller_named, hash_of, owners_of, refs, scoped};
 use crate::api::mcm::names::NODE_LABEL;
 use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRESERVE, PRIORITY_ANNOTATION};
 use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
@@ -87,27 +86,15 @@ pub(crate) struct SetsContext {
     pub safety_events: Recorder,
     /// Options.
     pub options: SetOptions,
-    /// The generation of each invalid MachineSet last reported, so a spec is reported once, not every resync.
-    pub reported: Mutex<HashMap<String, i64>>,
+    /// Invalid MachineSets reported.
+    pub reported: Reports,
 }
 
 impl SetsContext {
     /// Waits until every store has its first list.
     async fn ready(&self) {
         self.base.ready().await;
-        for ready in &self.ready {
-            let _ = ready.clone().wait_for(|r| *r).await;
-        }
-    }
-
-    /// Whether an invalid spec of `object` at `generation` is news (and remembers it).
-    fn first_report(&self, object: &str, generation: i64) -> bool {
-        lock(&self.reported).insert(object.to_string(), generation) != Some(generation)
-    }
-
-    /// Forgets the reports of a spec that is valid again.
-    fn valid_again(&self, object: &str) {
-        lock(&self.reported).remove(object);
+        wait_all(self.ready.clone()).await;
     }
 
     /// The set `namespace/name`.
@@ -148,7 +135,7 @@ pub(crate) fn start(
         deployment_events: recorder("machinedeployment-controller"),
         safety_events: recorder("machine-controller-manager"),
         options: options.sets.clone(),
-        reported: Mutex::default(),
+        reported: Reports::default(),
         base,
     });
 
@@ -263,10 +250,7 @@ fn set_triggers(
     nodes: Option<&mut Informer<Node>>,
     ctx: &Arc<SetsContext>,
 ) -> impl Stream<Item = ObjectRef<MachineSet>> + Send + 'static {
-    let own = refs(sets.subscribe(), |n| match n {
-        Notice::Applied(s) => Some(ObjectRef::from_obj(&*s)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(sets);
     let store = ctx.sets.clone();
     let mut changed = Changed::new(machine_key_for_set);
     let by_machine =
@@ -303,10 +287,7 @@ fn deployment_triggers(
     nodes: Option<&mut Informer<Node>>,
     ctx: &Arc<SetsContext>,
 ) -> impl Stream<Item = ObjectRef<MachineDeployment>> + Send + 'static {
-    let own = refs(deployments.subscribe(), |n| match n {
-        Notice::Applied(d) => Some(ObjectRef::from_obj(&*d)),
-        Notice::Deleted(_) => None,
-    });
+    let own = applied(deployments);
     let store = ctx.deployments.clone();
     let by_set = refs(sets.subscribe(), move |n: Notice<MachineSet>| deployments_of_set(&store, n.object()));
     let c = ctx.clone();
