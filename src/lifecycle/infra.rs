@@ -9,17 +9,15 @@
 
 use std::collections::BTreeMap;
 
-use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use serde_json::Value;
-
 use super::create;
 use super::status;
 use crate::api::capi::{Cluster, FailureDomain, PAUSED_ANNOTATION};
 use crate::api::infra::{MCMClusterSpec, NodeInfo};
 use crate::api::mcm::{Machine, MachinePhase, NodeTemplate};
-use crate::providers::contract::{Code, DriverError};
+use crate::providers::contract::{Code, DriverError, NodeCapacity};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Finalizer on MCMMachines: the VM goes before the object does.
 pub const MACHINE_FINALIZER: &str = "mcmmachine.infrastructure.cluster.x-k8s.io";
@@ -52,6 +50,9 @@ pub mod reason {
     pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
     /// Neither or both of `class` and `inlineClass`, a missing MachineClass, a wrong kind, or no driver.
     pub const INVALID_CLASS: &str = "InvalidClass";
+    /// The Machine's failure domain cannot be honoured by its class (no subnet for the zone on AWS, not a zone
+    /// number or an availability set on Azure, a zone of another region on GCP): no VM is made.
+    pub const INVALID_FAILURE_DOMAIN: &str = "InvalidFailureDomain";
     /// The VM is being created.
     pub const PROVISIONING: &str = "Provisioning";
     /// The VM exists.
@@ -300,63 +301,28 @@ pub fn paused_condition(is_paused: bool) -> (bool, &'static str, String) {
     }
 }
 
-/// The providerSpec with the VM placed in `failure_domain`, in the field of the provider's spec that names the zone:
-/// `zone` for InMemory and GCP (a zone name such as `europe-west1-b`), `zone` as a number for Azure when the failure
-/// domain is one (`1`, `2`, `3`) and the spec does not place the VM in an availability set or scale set instead.
-/// AWS places VMs by subnet, so its spec is unchanged (the template's subnet decides the zone).
-pub fn place(provider: &str, provider_spec: &Value, failure_domain: Option<&str>) -> Value {
-    let mut spec = provider_spec.clone();
-    let Some(fd) = failure_domain.filter(|f| !f.is_empty()) else {
-        return spec;
-    };
-    let zone = match provider {
-        "InMemory" | "GCP" => Value::String(fd.to_string()),
-        "Azure" => {
-            let grouped = ["availabilitySet", "virtualMachineScaleSet", "machineSet"]
-                .iter()
-                .any(|k| spec.pointer(&format!("/properties/{k}")).is_some_and(|v| !v.is_null()));
-            match fd.parse::<u32>() {
-                Ok(n) if n >= 1 && !grouped => Value::from(n),
-                _ => return spec,
-            }
-        }
-        _ => return spec,
-    };
-    if spec.is_null() {
-        spec = Value::Object(Default::default());
+/// What an MCMMachineTemplate publishes for scale-from-zero: what the driver knows a node of the class offers
+/// (`derived`, from its instance type or size: [`crate::providers::contract::Driver::capacity_of`]), overridden key
+/// by key by the class's `nodeTemplate` capacity and virtual capacity; the architecture of the node template, or
+/// else the type's, or `amd64` (operating system `linux`). `None` when neither says anything.
+pub fn template_status(
+    node_template: Option<&NodeTemplate>,
+    derived: Option<&NodeCapacity>,
+) -> Option<(BTreeMap<String, Quantity>, NodeInfo)> {
+    let mut capacity = derived.map(|d| d.resources.clone()).unwrap_or_default();
+    if let Some(t) = node_template {
+        capacity.extend(t.capacity.clone());
+        capacity.extend(t.virtual_capacity.clone().unwrap_or_default());
     }
-    let target = if provider == "Azure" { spec.get_mut("properties") } else { Some(&mut spec) };
-    if let Some(object) = target.and_then(Value::as_object_mut) {
-        object.insert("zone".into(), zone);
+    if capacity.is_empty() && node_template.is_none() {
+        return None;
     }
-    spec
-}
-
-/// The zone a class places its VMs in, as a failure domain name (the inverse of [`place`]): `zone` of InMemory and
-/// GCP, `properties.zone` of Azure. `None` for AWS (the subnet decides) and for a class without one.
-pub fn zone_of(provider: &str, provider_spec: &Value) -> Option<String> {
-    let zone = match provider {
-        "InMemory" | "GCP" => provider_spec.get("zone")?,
-        "Azure" => provider_spec.pointer("/properties/zone")?,
-        _ => return None,
-    };
-    match zone {
-        Value::String(s) if !s.is_empty() => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// What an MCMMachineTemplate publishes for scale-from-zero: the class's node capacity (with its virtual
-/// capacity) and architecture (operating system `linux`). `None` without a node template.
-pub fn template_status(node_template: Option<&NodeTemplate>) -> Option<(BTreeMap<String, Quantity>, NodeInfo)> {
-    let t = node_template?;
-    let mut capacity = t.capacity.clone();
-    capacity.extend(t.virtual_capacity.clone().unwrap_or_default());
-    let info = NodeInfo {
-        architecture: Some(t.architecture.clone().filter(|a| !a.is_empty()).unwrap_or_else(|| "amd64".into())),
-        operating_system: Some("linux".into()),
-    };
+    let architecture = node_template
+        .and_then(|t| t.architecture.clone())
+        .filter(|a| !a.is_empty())
+        .or_else(|| derived.and_then(|d| d.architecture.clone()))
+        .unwrap_or_else(|| "amd64".into());
+    let info = NodeInfo { architecture: Some(architecture), operating_system: Some("linux".into()) };
     Some((capacity, info))
 }
 
@@ -364,6 +330,10 @@ pub fn template_status(node_template: Option<&NodeTemplate>) -> Option<(BTreeMap
 pub fn failure_domains(spec: &MCMClusterSpec) -> Option<Vec<FailureDomain>> {
     spec.failure_domains.clone()
 }
+
+mod placement;
+
+pub use placement::{AWS_SUBNETS_BY_ZONE, located, place, zone_of};
 
 #[cfg(test)]
 mod tests;

@@ -65,6 +65,12 @@ impl DriverRegistry {
         })
     }
 
+    /// What a node of a class of `provider` offers, as its driver knows it ([`Driver::capacity_of`]); `None`
+    /// without a driver or when the driver does not know.
+    pub fn capacity_of(&self, provider: &str, provider_spec: &serde_json::Value) -> Option<NodeCapacity> {
+        self.drivers.get(provider)?.capacity_of(provider_spec)
+    }
+
     /// The provider names served.
     pub fn providers(&self) -> Vec<String> {
         self.drivers.keys().cloned().collect()

@@ -407,7 +407,8 @@ fn the_manager_selects_controllers_mcm_run_knows() {
 }
 
 /// Every inline class of every cluster template, variables filled with their defaults (or a sample value), is a
-/// providerSpec its driver accepts: a template cannot ship a field the driver refuses.
+/// providerSpec its driver accepts: a template cannot ship a field the driver refuses. And each class can place a VM
+/// in every failure domain the template's MCMCluster lists (`lifecycle::infra::place`).
 #[test]
 fn every_template_class_is_accepted_by_its_driver() {
     let mut checked = BTreeMap::<String, usize>::new();
@@ -420,9 +421,20 @@ fn every_template_class_is_accepted_by_its_driver() {
             .filter(|(_, default)| default.is_none())
             .map(|(k, _)| (leak(&k), sample(&k)))
             .collect();
-        for doc in documents(&substitute(&text, &values)) {
+        let docs = documents(&substitute(&text, &values));
+        let failure_domains: Vec<String> = docs
+            .iter()
+            .filter(|d| d["kind"] == "MCMCluster")
+            .flat_map(|d| d["spec"]["failureDomains"].as_array().cloned().unwrap_or_default())
+            .filter_map(|fd| fd["name"].as_str().map(str::to_string))
+            .collect();
+        for doc in docs {
             let class = &doc["spec"]["template"]["spec"]["inlineClass"];
             let (Some(provider), spec) = (class["provider"].as_str(), &class["providerSpec"]) else { continue };
+            for fd in &failure_domains {
+                let placed = mcm::lifecycle::infra::place(provider, spec, Some(fd));
+                assert!(placed.is_ok(), "{file}: {} cannot be placed in {fd}: {placed:?}", doc["metadata"]["name"]);
+            }
             let parsed: Result<(), String> = match provider {
                 "InMemory" => mcm::providers::inmemory::ProviderSpec::parse(spec).map(drop).map_err(|e| e.to_string()),
                 #[cfg(feature = "aws")]

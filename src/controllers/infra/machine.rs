@@ -102,24 +102,37 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachine>, ctx: Arc<InfraContext>) -> R
             return Ok(requeue::action(&ctx.retries, &ctx.config, &gate, Next::Poll(RetryClass::Other), now));
         }
     };
-    requeue::poll_over(&ctx.retries, &gate);
     let failure_domain = owner.as_ref().and_then(|o| o.spec.failure_domain.clone()).filter(|f| !f.is_empty());
     let failure_domain = obj.spec.failure_domain.clone().or(failure_domain);
     let mut cloud = resolved;
+    let class = &mut cloud.request.class;
+    match infra::place(&class.provider, &class.provider_spec, failure_domain.as_deref()) {
+        Ok(placed) => class.provider_spec = placed,
+        // A VM that exists stays where it is (adopted, or made before its class could place it).
+        Err(_) if create::provider_id(&hub).is_some() => {}
+        Err(why) => {
+            let reason = infra::reason::INVALID_FAILURE_DOMAIN;
+            publish_to(&ctx.recorder, &*obj, EventSpec::warning(reason, why.clone())).await;
+            let ready = Some((false, reason, why));
+            write_status(&ctx, &api, &obj, &hub, Write { ready, ..Default::default() }, now).await?;
+            return Ok(requeue::action(&ctx.retries, &ctx.config, &gate, Next::Poll(RetryClass::Other), now));
+        }
+    }
+    requeue::poll_over(&ctx.retries, &gate);
+    // Where the VM was placed: the Machine's failure domain, or else the zone the class itself names (the status
+    // reports the cloud's own zone first, [`infra::located`]).
+    let located = failure_domain.clone().or_else(|| infra::zone_of(&class.provider, &class.provider_spec));
     if let Some(data) = user_data {
         cloud.request.secret.0.insert(USER_DATA_KEY.to_string(), data);
     }
-    let class = &mut cloud.request.class;
-    class.provider_spec = infra::place(&class.provider, &class.provider_spec, failure_domain.as_deref());
-    // Reported in status: the Machine's failure domain, or else the zone the class itself names.
-    let located = failure_domain.clone().or_else(|| infra::zone_of(&class.provider, &class.provider_spec));
     let flavour = InfraVm { ctx: &ctx, api: &api, cloud: Ok(cloud), failure_domain, located, now };
     match vm::create::run(&flavour, &*obj, &hub, now, ctx.retries.waiting(&gate)).await? {
         Created::Provisioned => {
             // Provisioned (or Failed for good): keep the contract fields and conditions in line.
             let write = Write {
                 provisioned: infra::provisioned(&hub).then_some(true),
-                failure_domain: flavour.located.filter(|_| infra::provisioned(&hub)),
+                failure_domain: infra::located(create::provider_id(&hub), flavour.located.as_deref())
+                    .filter(|_| infra::provisioned(&hub)),
                 ready: Some(infra::ready(&hub)),
                 ..Default::default()
             };

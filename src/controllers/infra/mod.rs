@@ -210,6 +210,7 @@ impl InfraControllers {
         let template_store = templates.store();
         let template_ctx = Arc::new(template::TemplateContext {
             client: client.clone(),
+            drivers: ctx.drivers.clone(),
             filter: options.watch_filter.clone(),
             classes: ctx.classes.clone(),
             ready: vec![templates.ready(), classes.ready()],

@@ -1,5 +1,6 @@
-//! The MCMMachineTemplate controller (`docs/infrastructure-provider.md`): `status.capacity` and `status.nodeInfo` from the
-//! class's `nodeTemplate`, so cluster-autoscaler can scale a MachineDeployment from zero.
+//! The MCMMachineTemplate controller (`docs/infrastructure-provider.md`): `status.capacity` and `status.nodeInfo` from
+//! what the class's driver knows of its instance type or size, overridden by the class's `nodeTemplate`, so
+//! cluster-autoscaler can scale a MachineDeployment from zero.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +16,14 @@ use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::lifecycle::infra;
+use crate::providers::DriverRegistry;
 
 /// What the template reconciles share.
 pub(crate) struct TemplateContext {
     /// The management cluster.
     pub client: Client,
+    /// Drivers by provider: what a node of a class offers.
+    pub drivers: DriverRegistry,
     /// `--watch-filter`.
     pub filter: Option<String>,
     /// MCM MachineClasses.
@@ -42,14 +46,22 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachineTemplate>, ctx: Arc<TemplateCon
     }
     let namespace = obj.namespace().unwrap_or_default();
     let spec = &obj.spec.template.spec;
-    let node_template = match (&spec.class, &spec.inline_class) {
+    let (node_template, derived) = match (&spec.class, &spec.inline_class) {
         (Some(r), None) if r.kind == MACHINE_CLASS_KIND => {
-            ctx.classes.get(&ObjectRef::new(&r.name).within(&namespace)).and_then(|c| c.spec.node_template.clone())
+            match ctx.classes.get(&ObjectRef::new(&r.name).within(&namespace)) {
+                Some(c) => (
+                    c.spec.node_template.clone(),
+                    c.spec.provider.as_deref().and_then(|p| ctx.drivers.capacity_of(p, &c.spec.provider_spec)),
+                ),
+                None => (None, None),
+            }
         }
-        (None, Some(inline)) => inline.node_template.clone(),
-        _ => None,
+        (None, Some(inline)) => {
+            (inline.node_template.clone(), ctx.drivers.capacity_of(&inline.provider, &inline.provider_spec))
+        }
+        _ => (None, None),
     };
-    let Some((capacity, node_info)) = infra::template_status(node_template.as_ref()) else {
+    let Some((capacity, node_info)) = infra::template_status(node_template.as_ref(), derived.as_ref()) else {
         return Ok(Action::requeue(ctx.resync));
     };
     let current = obj.status.as_ref();

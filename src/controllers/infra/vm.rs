@@ -16,7 +16,7 @@ use crate::controllers::error::Error;
 use crate::controllers::vm::{Cloud, NotPrepared, Stage, VmFlavour};
 use crate::controllers::writes;
 use crate::lifecycle::MachineConfig;
-use crate::lifecycle::create::Vm;
+use crate::lifecycle::create::{self, Vm};
 use crate::lifecycle::infra::{self, MACHINE_FINALIZER};
 use crate::lifecycle::status::{EventSpec, StatusPatch};
 use crate::providers::DriverError;
@@ -31,7 +31,8 @@ pub(crate) struct InfraVm<'a> {
     pub cloud: Result<Cloud, DriverError>,
     /// The failure domain to record in `spec.failureDomain` (the owner's).
     pub failure_domain: Option<String>,
-    /// The failure domain reported in status once provisioned (the owner's, or the zone the class names).
+    /// Where the VM was placed (the owner's failure domain, or the zone the class names): reported in status once
+    /// provisioned, unless the providerID names the zone ([`infra::located`]).
     pub located: Option<String>,
     /// Now (condition times).
     pub now: Timestamp,
@@ -90,13 +91,16 @@ impl VmFlavour for InfraVm<'_> {
     ) -> Result<Option<MCMMachine>, Error> {
         let write = match stage {
             Stage::Creating => Write { ready: Some(infra::ready(&patch.applied(hub))), patch, ..Default::default() },
-            Stage::Provisioned => Write {
-                ready: Some(infra::ready(&provisioned(obj, patch.applied(hub)))),
-                provisioned: Some(true),
-                failure_domain: self.located.clone(),
-                patch,
-                ..Default::default()
-            },
+            Stage::Provisioned => {
+                let now = provisioned(obj, patch.applied(hub));
+                Write {
+                    ready: Some(infra::ready(&now)),
+                    provisioned: Some(true),
+                    failure_domain: infra::located(create::provider_id(&now), self.located.as_deref()),
+                    patch,
+                    ..Default::default()
+                }
+            }
             Stage::Deleting(failure) => Write { ready: Some(infra::deleting(failure)), patch, ..Default::default() },
         };
         write_status(self.ctx, self.api, obj, hub, write, self.now).await.map(|()| None)

@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use super::*;
 use crate::api::capi::{ClusterInitializationStatus, ClusterSpec, ClusterStatus};
 use crate::api::mcm::{LastOperation, MachineStatus};
@@ -205,80 +203,46 @@ fn conditions_move_their_transition_time_only_on_a_status_change() {
 }
 
 #[test]
-fn placement_in_the_failure_domain() {
-    let cases = [
-        ("in-memory zone", "InMemory", json!({"cpu": "2"}), Some("zone-b"), json!({"cpu": "2", "zone": "zone-b"})),
-        ("in-memory null spec", "InMemory", Value::Null, Some("zone-b"), json!({"zone": "zone-b"})),
-        ("no failure domain", "InMemory", json!({"zone": "z"}), None, json!({"zone": "z"})),
-        ("empty failure domain", "InMemory", json!({"zone": "z"}), Some(""), json!({"zone": "z"})),
-        ("AWS places by subnet", "AWS", json!({"region": "r"}), Some("zone-b"), json!({"region": "r"})),
-        (
-            "GCP zone",
-            "GCP",
-            json!({"zone": "e1-b", "region": "e1"}),
-            Some("e1-c"),
-            json!({"zone": "e1-c", "region": "e1"}),
-        ),
-        (
-            "Azure zone number",
-            "Azure",
-            json!({"properties": {"zone": 1}}),
-            Some("3"),
-            json!({"properties": {"zone": 3}}),
-        ),
-        (
-            "Azure non-numeric",
-            "Azure",
-            json!({"properties": {"zone": 1}}),
-            Some("x"),
-            json!({"properties": {"zone": 1}}),
-        ),
-        (
-            "Azure availability set",
-            "Azure",
-            json!({"properties": {"availabilitySet": {"id": "a"}}}),
-            Some("2"),
-            json!({"properties": {"availabilitySet": {"id": "a"}}}),
-        ),
-    ];
-    for (name, provider, spec, fd, want) in cases {
-        assert_eq!(place(provider, &spec, fd), want, "{name}");
-    }
-}
-
-#[test]
-fn the_zone_a_class_names_is_its_failure_domain() {
-    let cases = [
-        ("InMemory", json!({"zone": "local-a"}), Some("local-a")),
-        ("GCP", json!({"zone": "europe-west1-b", "machineType": "n1"}), Some("europe-west1-b")),
-        ("Azure", json!({"properties": {"zone": 2}}), Some("2")),
-        ("Azure", json!({"properties": {}}), None),
-        ("AWS", json!({"zone": "ignored"}), None),
-        ("InMemory", json!({"zone": ""}), None),
-        ("InMemory", json!(null), None),
-    ];
-    for (provider, spec, want) in cases {
-        assert_eq!(zone_of(provider, &spec).as_deref(), want, "{provider} {spec}");
-        // What `place` writes for a failure domain, `zone_of` reads back.
-        if let Some(fd) = want {
-            let base = if provider == "Azure" { json!({"properties": {}}) } else { json!({}) };
-            assert_eq!(zone_of(provider, &place(provider, &base, Some(fd))).as_deref(), Some(fd));
-        }
-    }
+fn template_status_from_the_type_and_the_node_template() {
+    let q = |s: &str| Quantity(s.into());
+    let derived = NodeCapacity::new(4, 16384, 1, "arm64").with_root_disk_gib(Some(50));
+    let (capacity, info) = template_status(None, Some(&derived)).unwrap();
+    assert_eq!(
+        capacity,
+        BTreeMap::from([
+            ("cpu".to_string(), q("4")),
+            ("ephemeral-storage".to_string(), q("50Gi")),
+            ("memory".to_string(), q("16384Mi")),
+            ("nvidia.com/gpu".to_string(), q("1")),
+        ])
+    );
+    assert_eq!(info.architecture.as_deref(), Some("arm64"), "the type's architecture");
+    // The node template overrides key by key, and its architecture wins.
+    let t = NodeTemplate {
+        capacity: BTreeMap::from([("memory".to_string(), q("15Gi")), ("pods".to_string(), q("58"))]),
+        architecture: Some("amd64".into()),
+        ..Default::default()
+    };
+    let (capacity, info) = template_status(Some(&t), Some(&derived)).unwrap();
+    assert_eq!(capacity.get("memory"), Some(&q("15Gi")));
+    assert_eq!(capacity.get("pods"), Some(&q("58")));
+    assert_eq!(capacity.get("cpu"), Some(&q("4")));
+    assert_eq!(info.architecture.as_deref(), Some("amd64"));
+    assert_eq!(template_status(None, None), None);
 }
 
 #[test]
 fn template_status_from_the_node_template() {
-    assert_eq!(template_status(None), None);
+    assert_eq!(template_status(None, None), None);
     let t = NodeTemplate {
         capacity: BTreeMap::from([("cpu".to_string(), Quantity("4".into()))]),
         virtual_capacity: Some(BTreeMap::from([("example.com/gpu".to_string(), Quantity("1".into()))])),
         architecture: Some("arm64".into()),
         ..Default::default()
     };
-    let (capacity, info) = template_status(Some(&t)).unwrap();
+    let (capacity, info) = template_status(Some(&t), None).unwrap();
     assert_eq!(capacity.keys().collect::<Vec<_>>(), ["cpu", "example.com/gpu"]);
     assert_eq!((info.architecture.as_deref(), info.operating_system.as_deref()), (Some("arm64"), Some("linux")));
-    let (_, default_arch) = template_status(Some(&NodeTemplate::default())).unwrap();
+    let (_, default_arch) = template_status(Some(&NodeTemplate::default()), None).unwrap();
     assert_eq!(default_arch.architecture.as_deref(), Some("amd64"));
 }

@@ -480,6 +480,10 @@ impl Driver for AwsDriver {
         PROVIDER
     }
 
+    fn capacity_of(&self, provider_spec: &serde_json::Value) -> Option<crate::providers::NodeCapacity> {
+        super::instance_types::capacity_of(provider_spec)
+    }
+
     async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
         let ec2 = self.prepare_machine(request).await?;
         let name = &request.machine.name;

@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serde_json::Value;
+
+use crate::providers::NodeCapacity;
 
 /// The CSV the table is read from (comment lines start with `#`).
 pub const TABLE_CSV: &str = include_str!("../../../data/aws-instance-types.csv");
@@ -36,6 +39,20 @@ impl InstanceCapacity {
         }
         out
     }
+}
+
+/// What a node of a class with this providerSpec offers: `machineType` from the table, and `ephemeral-storage`
+/// from the root disk (`blockDevices[]` named `/root`, or the only one) when the spec sizes it. `None` for an
+/// instance type the table does not know. Read leniently: the driver validates the spec when it creates a VM.
+pub fn capacity_of(provider_spec: &Value) -> Option<NodeCapacity> {
+    let machine_type = provider_spec.get("machineType")?.as_str()?;
+    let c = capacity(machine_type)?;
+    let devices = provider_spec.get("blockDevices").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let root = devices
+        .iter()
+        .find(|d| devices.len() == 1 || d.get("deviceName").and_then(Value::as_str) == Some(super::spec::ROOT_DEVICE));
+    let gib = root.and_then(|d| d.pointer("/ebs/volumeSize")).and_then(Value::as_i64);
+    Some(NodeCapacity::new(c.cpu, c.memory_mib, c.gpu, c.architecture).with_root_disk_gib(gib))
 }
 
 static TABLE: LazyLock<Result<Vec<InstanceCapacity>, String>> = LazyLock::new(|| parse_table(TABLE_CSV));
@@ -110,6 +127,51 @@ mod tests {
         assert_eq!(capacity("m6g.medium").unwrap().architecture, "arm64");
         assert_eq!(capacity("t3.nano").unwrap().memory_mib, 512);
         assert_eq!(capacity("m5.unknown"), None);
+    }
+
+    #[test]
+    fn capacity_of_a_class() {
+        use serde_json::json;
+        let cases = [
+            ("instance type only", json!({"machineType": "m5.xlarge"}), Some(("4", "16384Mi", None, None, "amd64"))),
+            (
+                "a GPU type and its single block device",
+                json!({"machineType": "p3.2xlarge", "blockDevices": [{"ebs": {"volumeSize": 100}}]}),
+                Some(("8", "62464Mi", Some("1"), Some("100Gi"), "amd64")),
+            ),
+            (
+                "the /root device among several",
+                json!({"machineType": "m6g.large", "blockDevices": [
+                    {"deviceName": "/dev/sdf", "ebs": {"volumeSize": 500}},
+                    {"deviceName": "/root", "ebs": {"volumeSize": 50}}]}),
+                Some(("2", "8192Mi", None, Some("50Gi"), "arm64")),
+            ),
+            (
+                "several devices, none named /root",
+                json!({"machineType": "t3.medium", "blockDevices": [
+                    {"deviceName": "/dev/sdf", "ebs": {"volumeSize": 500}},
+                    {"deviceName": "/dev/sdg", "ebs": {"volumeSize": 20}}]}),
+                Some(("2", "4096Mi", None, None, "amd64")),
+            ),
+            ("unknown type", json!({"machineType": "m5.unknown"}), None),
+            ("no type", json!({"ami": "ami-1"}), None),
+        ];
+        for (name, spec, want) in cases {
+            let got = capacity_of(&spec).map(|c| {
+                let r = |k: &str| c.resources.get(k).map(|q| q.0.clone());
+                (r("cpu"), r("memory"), r("nvidia.com/gpu"), r("ephemeral-storage"), c.architecture.clone())
+            });
+            let want = want.map(|(cpu, mem, gpu, disk, arch): (&str, &str, Option<&str>, Option<&str>, &str)| {
+                (
+                    Some(cpu.to_string()),
+                    Some(mem.to_string()),
+                    gpu.map(str::to_string),
+                    disk.map(str::to_string),
+                    Some(arch.to_string()),
+                )
+            });
+            assert_eq!(got, want, "{name}");
+        }
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub mod request;
 pub mod spec;
 
 pub use driver::{AwsDriver, AwsSettings, PROVIDER};
-pub use instance_types::{InstanceCapacity, capacity};
+pub use instance_types::{InstanceCapacity, capacity, capacity_of};
 pub use request::CSI_DRIVER;
 pub use spec::ProviderSpec;
 

@@ -31,8 +31,14 @@ pub const FIELDS: &[&str] = &[
     "region",
     "spotPrice",
     "srcAndDstChecksEnabled",
+    SUBNETS_BY_ZONE,
     "tags",
 ];
+
+/// Ours, not Gardener's: zone -> subnet, read by the MCMMachine controller to place a VM in its Machine's failure
+/// domain before the driver is called (`docs/infrastructure-provider.md`, "Failure domains"); admitted and
+/// ignored here (it must be an object). Gardener's AWS provider decodes the providerSpec leniently and ignores it.
+pub const SUBNETS_BY_ZONE: &str = "subnetsByZone";
 
 /// EBS volume types accepted in `blockDevices[].ebs.volumeType` (Gardener's list plus `io2`).
 pub const VOLUME_TYPES: &[&str] = &["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"];
@@ -224,6 +230,10 @@ impl ProviderSpec {
         let spec = Obj::new("", value, FIELDS)?;
         // Read and ignored: Gardener's classes carry it, and it selects nothing here.
         spec.string("apiVersion")?;
+        // Placement's, not the driver's; its entries are read where a VM is placed.
+        if spec.get(SUBNETS_BY_ZONE).is_some_and(|v| !v.is_object()) {
+            return Err(spec.invalid(SUBNETS_BY_ZONE, "must be an object of zone to subnet ID (or IDs)"));
+        }
         let iam = match spec.object("iam", &["name", "arn"])? {
             None => return Err(DriverError::invalid_field("iam", "set either name or arn")),
             Some(iam) => match (iam.string("name")?, iam.string("arn")?) {
@@ -593,6 +603,9 @@ pub(crate) mod tests {
         let one = with(minimal(), "/blockDevices", Some(json!([{"ebs": {"volumeSize": 20, "volumeType": "gp2"}}])));
         let spec = ProviderSpec::parse(&one).unwrap();
         assert!(spec.block_devices[0].is_root(1));
+        // The zone map is placement's: admitted, and ignored by the driver.
+        let mapped = with(minimal(), "/subnetsByZone", Some(json!({"eu-west-1b": "subnet-b"})));
+        assert_eq!(ProviderSpec::parse(&mapped).unwrap(), ProviderSpec::parse(&minimal()).unwrap());
         // Empty strings are Gardener's "unset".
         let empty = with(minimal(), "/keyName", Some(json!("")));
         assert_eq!(ProviderSpec::parse(&empty).unwrap().key_name, None);
@@ -615,6 +628,11 @@ pub(crate) mod tests {
                 "several unknown",
                 with(with(m(), "/a", Some(json!(1))), "/b", Some(json!(1))),
                 "providerSpec: unknown fields \"a\", \"b\"",
+            ),
+            (
+                "subnetsByZone not an object",
+                with(m(), "/subnetsByZone", Some(json!(["subnet-1"]))),
+                "providerSpec.subnetsByZone: must be an object",
             ),
             ("ami", with(m(), "/ami", None), "providerSpec.ami: is required"),
             ("ami type", with(m(), "/ami", Some(json!(5))), "providerSpec.ami: must be a string, got a number"),

@@ -737,6 +737,10 @@ impl Driver for AzureDriver {
         PROVIDER
     }
 
+    fn capacity_of(&self, provider_spec: &serde_json::Value) -> Option<crate::providers::NodeCapacity> {
+        super::sizes::capacity_of(provider_spec)
+    }
+
     async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
         let (arm, vm) = self.prepare_machine(request)?;
         let custom_data = credentials::custom_data(&request.secret)?;

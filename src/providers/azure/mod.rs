@@ -7,6 +7,7 @@
 //! - [`request`]: pure translations (resource names and IDs, providerIDs, NIC and VM bodies in ARM's JSON shape,
 //!   ownership, machine names from listed resources, volume IDs).
 //! - [`errors`]: ARM answers to MCM codes.
+//! - [`sizes`]: vCPU, memory, GPU and architecture per VM size, for scale from zero.
 //! - [`AzureDriver`]: the I/O, over the legacy Azure SDK (azure_mgmt_compute / azure_mgmt_network 0.21), with its
 //!   own bounded polling of long-running operations.
 
@@ -14,6 +15,7 @@ pub mod credentials;
 mod driver;
 pub mod errors;
 pub mod request;
+pub mod sizes;
 pub mod spec;
 
 pub use driver::{AzureDriver, AzureSettings, PROVIDER};

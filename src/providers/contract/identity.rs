@@ -18,6 +18,25 @@ pub fn aws_instance_id(provider_id: &str) -> Option<&str> {
     valid.then_some(id)
 }
 
+/// The zone a providerID names, where the cloud's spelling carries one: `aws:///<zone>/<id>` (a zone ends in a
+/// letter, `eu-west-1a`; MCM's region form `aws:///eu-west-1/<id>` names none) and `gce://<project>/<zone>/<name>`.
+/// Azure's providerIDs carry no zone.
+pub fn zone(provider_id: &str) -> Option<&str> {
+    if aws_instance_id(provider_id).is_some() {
+        let rest = provider_id.strip_prefix("aws://")?.trim_start_matches('/');
+        let (at, _) = rest.split_once('/')?;
+        return at.ends_with(|c: char| c.is_ascii_lowercase()).then_some(at);
+    }
+    if let Some(rest) = provider_id.strip_prefix("gce://") {
+        let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+        return match parts[..] {
+            [_, zone, name] if !zone.is_empty() && !name.is_empty() => Some(zone),
+            _ => None,
+        };
+    }
+    None
+}
+
 /// What identifies the VM behind `provider_id`, equal for every spelling of one VM (see the module table);
 /// other providerIDs are their own identity.
 fn identity(provider_id: &str) -> String {
@@ -44,6 +63,24 @@ pub fn same_vm(a: &str, b: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zones_in_provider_ids() {
+        let cases = [
+            ("aws:///eu-west-1a/i-1", Some("eu-west-1a")),
+            ("aws:///us-west-2-lax-1a/i-1", Some("us-west-2-lax-1a")),
+            ("aws:///eu-west-1/i-1", None),
+            ("aws:///eu-west-1a/vol-1", None),
+            ("gce://p/europe-west1-b/m1", Some("europe-west1-b")),
+            ("gce:///p/europe-west1-b/m1", Some("europe-west1-b")),
+            ("gce://p/m1", None),
+            ("azure:///subscriptions/s/resourceGroups/g/providers/Microsoft.Compute/virtualMachines/vm", None),
+            ("", None),
+        ];
+        for (provider_id, want) in cases {
+            assert_eq!(zone(provider_id), want, "{provider_id}");
+        }
+    }
 
     #[test]
     fn spellings_of_one_vm() {

@@ -40,4 +40,11 @@ pub trait Driver: Send + Sync {
 
     /// The cloud volume IDs behind persistent volumes this driver understands (others are skipped).
     async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError>;
+
+    /// What a node of a class with this providerSpec offers (scale from zero), from the instance type or size it
+    /// names; `None` when the driver does not know. Pure: no cloud call.
+    fn capacity_of(&self, provider_spec: &serde_json::Value) -> Option<NodeCapacity> {
+        let _ = provider_spec;
+        None
+    }
 }

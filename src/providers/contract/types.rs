@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
 use crate::api::mcm::{NodeTemplate, NodeTemplateSpec};
@@ -133,6 +134,53 @@ pub struct ListMachinesRequest {
 pub struct GetVolumeIdsRequest {
     /// The volumes' specs.
     pub pv_specs: Vec<PersistentVolumeSpec>,
+}
+
+/// What one node of a class offers, as the driver knows it from the class alone (its instance type or machine
+/// size, its root disk): the keys are the ones cluster-autoscaler reads to scale a node group from zero (`cpu`,
+/// `memory`, `nvidia.com/gpu`, `ephemeral-storage`, `pods`). A class's `nodeTemplate` overrides it key by key.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeCapacity {
+    /// Resources by name.
+    pub resources: BTreeMap<String, Quantity>,
+    /// The CPU architecture as Kubernetes names it (`amd64`, `arm64`), when the type implies one.
+    pub architecture: Option<String>,
+}
+
+/// The resource names of [`NodeCapacity`] (cluster-autoscaler's keys).
+pub mod capacity_keys {
+    /// vCPUs.
+    pub const CPU: &str = "cpu";
+    /// Memory.
+    pub const MEMORY: &str = "memory";
+    /// NVIDIA GPUs.
+    pub const GPU: &str = "nvidia.com/gpu";
+    /// The root disk.
+    pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+    /// Pods.
+    pub const PODS: &str = "pods";
+}
+
+impl NodeCapacity {
+    /// `cpu` and `memory` (MiB), with `nvidia.com/gpu` when `gpu > 0`.
+    pub fn new(cpu: u32, memory_mib: u64, gpu: u32, architecture: &str) -> NodeCapacity {
+        let mut resources = BTreeMap::from([
+            (capacity_keys::CPU.to_string(), Quantity(cpu.to_string())),
+            (capacity_keys::MEMORY.to_string(), Quantity(format!("{memory_mib}Mi"))),
+        ]);
+        if gpu > 0 {
+            resources.insert(capacity_keys::GPU.to_string(), Quantity(gpu.to_string()));
+        }
+        NodeCapacity { resources, architecture: Some(architecture.to_string()) }
+    }
+
+    /// With `ephemeral-storage` of `gib` GiB (the root disk), when known and positive.
+    pub fn with_root_disk_gib(mut self, gib: Option<i64>) -> NodeCapacity {
+        if let Some(gib) = gib.filter(|g| *g > 0) {
+            self.resources.insert(capacity_keys::EPHEMERAL_STORAGE.to_string(), Quantity(format!("{gib}Gi")));
+        }
+        self
+    }
 }
 
 /// Tag keys every driver puts on what it creates and selects by.

@@ -458,6 +458,10 @@ impl Driver for GcpDriver {
         PROVIDER
     }
 
+    fn capacity_of(&self, provider_spec: &serde_json::Value) -> Option<crate::providers::NodeCapacity> {
+        super::machine_types::capacity_of(provider_spec)
+    }
+
     async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
         let gce = self.prepare_machine(request).await?;
         let user_data = credentials::user_data(&request.secret)?;

@@ -7,11 +7,13 @@
 //! - [`request`]: pure translations to and from Compute's JSON (the instance body, providerIDs, ownership by
 //!   network tags, addresses, volume IDs).
 //! - [`errors`]: HTTP and operation errors to MCM codes.
+//! - [`machine_types`]: vCPU, memory, GPU and architecture per machine type, for scale from zero.
 //! - [`GcpDriver`]: the I/O, one Compute client per endpoint and credentials.
 
 pub mod credentials;
 mod driver;
 pub mod errors;
+pub mod machine_types;
 pub mod request;
 pub mod spec;
 

@@ -4,6 +4,7 @@
 //! (`docs/infrastructure-provider.md` at each step.
 
 mod contract;
+mod placement;
 mod safety;
 
 use std::time::Duration;
