@@ -5,11 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
 use mcm::api::infra::MCMMachineTemplate;
-use mcm::lifecycle::infra::reason;
 use serde_json::{Value, json};
 
 use super::{Env, NS, WAIT};
@@ -98,6 +95,10 @@ async fn a_template_of_a_cloud_class_publishes_the_capacity_of_its_type() {
 #[cfg(feature = "aws")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_aws_machine_lands_in_the_subnet_of_its_failure_domain() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Patch, PatchParams, PostParams};
+    use mcm::lifecycle::infra::reason;
+
     use crate::providers::aws::{ACCESS_KEY_ID, SECRET_ACCESS_KEY, World};
 
     let world = World::start().await;
