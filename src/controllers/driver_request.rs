@@ -13,8 +13,8 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::api::infra::{MCMClusterIdentity, MCMMachine};
 use crate::api::mcm::names::{MACHINE_CLASS_KIND, USER_DATA_KEY};
 use crate::api::mcm::{Machine, MachineClass};
-use crate::lifecycle::{create, infra, tenancy};
 use crate::lifecycle::userdata::merge_secret_data;
+use crate::lifecycle::{create, infra, tenancy};
 use crate::providers::{ClassInfo, Code, DriverError, MachineInfo, SecretData};
 
 /// Looks a Secret up by namespace and name (from a store).
@@ -124,7 +124,10 @@ fn tenancy_check(
 /// `InvalidArgument` when the object names no class or two (no driver was ever asked for it),
 /// `FailedPrecondition` when the class it names cannot be used, and a refusal ([`tenancy`]) when a Secret it
 /// names is outside its namespace and no identity grants it; then no Secret outside its namespace is read.
-pub(crate) fn mcm_machine_class(obj: &MCMMachine, lookups: &ClassLookups<'_>) -> Result<(ClassInfo, SecretData), ClassProblem> {
+pub(crate) fn mcm_machine_class(
+    obj: &MCMMachine,
+    lookups: &ClassLookups<'_>,
+) -> Result<(ClassInfo, SecretData), ClassProblem> {
     let namespace = obj.namespace().unwrap_or_default();
     let secrets = lookups.secrets;
     let (class, mut data) = match (&obj.spec.class, &obj.spec.inline_class) {

@@ -32,7 +32,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::capi::{self, MachineAddress};
 use crate::api::infra::{
-    self, IdentityReference, InitializationStatus, InlineMachineClass, MCMMachine, MCMMachineSpec, MCMMachineStatus};
+    self, IdentityReference, InitializationStatus, InlineMachineClass, MCMMachine, MCMMachineSpec, MCMMachineStatus,
+};
 use crate::api::mcm::names::PRIORITY_ANNOTATION;
 use crate::api::mcm::{ClassSpec, Machine, MachineSpec, MachineStatus};
 

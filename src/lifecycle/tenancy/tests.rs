@@ -94,12 +94,24 @@ fn check_table() {
     use reason::{CREDENTIALS_NOT_ALLOWED as CREDS, IDENTITY_NOT_ALLOWED as IDENT};
     type Expected = Result<Option<(String, String)>, &'static str>;
     #[allow(clippy::type_complexity)]
-    let cases: Vec<(&str, Option<&IdentityReference>, Option<&MCMClusterIdentitySpec>, &[SecretUse<'_>], Expected)> = vec![
+    let cases: Vec<(
+        &str,
+        Option<&IdentityReference>,
+        Option<&MCMClusterIdentitySpec>,
+        &[SecretUse<'_>],
+        Expected,
+    )> = vec![
         ("own Secret, no identity", None, None, &own, Ok(None)),
         ("no Secret at all", None, None, &[], Ok(None)),
         ("another tenant's Secret", None, None, &foreign, Err(CREDS)),
         ("the provider's Secret without an identity", None, None, &providers, Err(CREDS)),
-        ("the provider's Secret through an identity listing the namespace", Some(&named), Some(&provider), &providers, granted.clone()),
+        (
+            "the provider's Secret through an identity listing the namespace",
+            Some(&named),
+            Some(&provider),
+            &providers,
+            granted.clone(),
+        ),
         ("through an identity allowing every namespace", Some(&named), Some(&everyone), &providers, granted.clone()),
         ("through an identity selecting the namespace", Some(&named), Some(&by_label), &providers, granted.clone()),
         ("no Secret named, the identity's is granted", Some(&named), Some(&provider), &[], granted.clone()),
@@ -125,7 +137,8 @@ fn a_refusal_names_the_objects_and_the_fix() {
     assert!(refusal.message.contains("spec.identityRef"), "{}", refusal.message);
     let provider = identity("mcm-system", "creds", list(&["tenant-c"]));
     let named = IdentityReference { kind: IDENTITY_KIND.into(), name: "id".into() };
-    let t = Tenancy { namespace: "tenant-b", identity_ref: Some(&named), identity: Some(&provider), ..Default::default() };
+    let t =
+        Tenancy { namespace: "tenant-b", identity_ref: Some(&named), identity: Some(&provider), ..Default::default() };
     let refusal = check(&t, &[]).unwrap_err();
     assert_eq!(refusal.message, "MCMClusterIdentity id does not allow namespace tenant-b (spec.allowedNamespaces)");
 }

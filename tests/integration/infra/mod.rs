@@ -5,6 +5,7 @@
 
 mod contract;
 mod safety;
+mod tenancy;
 
 use std::time::Duration;
 
