@@ -6,7 +6,7 @@ VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMG ?= ghcr.io/gardener/cluster-api-provider-mcm:v$(VERSION)
 # The CRDs the infrastructure provider's components install (a test keeps config/crd/bases equal to crds/).
 PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.cluster.x-k8s.io_mcmclustertemplates \
-	infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
+	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
 	machine.sapcloud.io_machineclasses
 
 .PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \

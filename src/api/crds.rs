@@ -65,6 +65,7 @@ pub fn generated() -> Vec<CustomResourceDefinition> {
         mcm::MachineSet::crd(),
         mcm::MachineDeployment::crd(),
         infra::MCMCluster::crd(),
+        infra::MCMClusterIdentity::crd(),
         infra::MCMClusterTemplate::crd(),
         infra::MCMMachine::crd(),
         infra::MCMMachineTemplate::crd(),

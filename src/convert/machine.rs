@@ -8,7 +8,7 @@
 //! - [`from_hub`] then [`to_hub`] gives back the hub Machine.
 //!
 //! What one side cannot express travels in an annotation holding JSON (see `docs/infrastructure-provider.md`):
-//! - [`INFRA_FIELDS_ANNOTATION`] on the hub Machine: the MCMMachine's `spec.failureDomain`, `spec.inlineClass`,
+//! - [`INFRA_FIELDS_ANNOTATION`] on the hub Machine: the MCMMachine's `spec.failureDomain`, `spec.inlineClass`, `spec.identityRef`,
 //!   `status.initialization`, `status.failureDomain` and `status.conditions` (metav1), which MCM has no field for;
 //! - [`HUB_FIELDS_ANNOTATION`] on the MCMMachine: the hub's `status.conditions` (the Node's conditions), which an
 //!   MCMMachine does not carry (CAPI core reads them from the Node).
@@ -31,7 +31,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
 
 use crate::api::capi::{self, MachineAddress};
-use crate::api::infra::{self, InitializationStatus, InlineMachineClass, MCMMachine, MCMMachineSpec, MCMMachineStatus};
+use crate::api::infra::{
+    self, IdentityReference, InitializationStatus, InlineMachineClass, MCMMachine, MCMMachineSpec, MCMMachineStatus,
+};
 use crate::api::mcm::names::PRIORITY_ANNOTATION;
 use crate::api::mcm::{ClassSpec, Machine, MachineSpec, MachineStatus};
 
@@ -50,6 +52,8 @@ struct InfraFields {
     failure_domain: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     inline_class: Option<InlineMachineClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    identity_ref: Option<IdentityReference>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     initialization: Option<InitializationStatus>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,6 +117,7 @@ pub fn to_hub(infra: &MCMMachine, owner: Option<&capi::Machine>) -> Machine {
     let fields = InfraFields {
         failure_domain: spec.failure_domain.clone(),
         inline_class: spec.inline_class.clone(),
+        identity_ref: spec.identity_ref.clone(),
         initialization: status.and_then(|s| s.initialization.clone()),
         status_failure_domain: status.and_then(|s| s.failure_domain.clone()),
         conditions: status.and_then(|s| s.conditions.clone()),
@@ -195,6 +200,7 @@ pub fn from_hub(hub: &Machine) -> MCMMachine {
             failure_domain: fields.failure_domain,
             class,
             inline_class: fields.inline_class,
+            identity_ref: fields.identity_ref,
             node_template: hub.spec.node_template.clone(),
             configuration: hub.spec.configuration.clone(),
         },

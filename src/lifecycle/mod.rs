@@ -16,7 +16,8 @@
 //!   objects a set or deployment controls, adopts or releases.
 //! - [`safety`]: orphan VMs, Nodes no Machine manages, and the API-server freeze.
 //! - [`capi_machine`], [`capi_cluster`]: the Machine and Cluster decisions of mode "CAPI with MCM core".
-//! - [`infra`]: what the CAPI infrastructure provider adds on top (gates, conditions, placement, templates).
+//! - [`infra`]: what the CAPI infrastructure provider adds on top (gates, conditions, placement, templates);
+//!   [`tenancy`]: whether an MCMMachine may use the Secrets its class names (MCMClusterIdentity).
 //!
 //! Imports only `api`, `providers::contract` (the driver contract's types and codes, never a cloud module) and
 //! `drain` (its options type).
@@ -45,6 +46,7 @@ pub mod requeue;
 pub mod retry;
 pub mod safety;
 pub mod status;
+pub mod tenancy;
 pub mod userdata;
 
 pub use config::{Effective, MachineConfig};

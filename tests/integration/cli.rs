@@ -35,13 +35,14 @@ fn crds_prints_every_crd_as_yaml_documents() {
         "mcmmachinetemplates.infrastructure.cluster.x-k8s.io",
         "mcmclusters.infrastructure.cluster.x-k8s.io",
         "mcmclustertemplates.infrastructure.cluster.x-k8s.io",
+        "mcmclusteridentities.infrastructure.cluster.x-k8s.io",
         "machines.cluster.x-k8s.io",
         "clusters.cluster.x-k8s.io",
         "machinepools.cluster.x-k8s.io",
     ] {
         assert!(names.iter().any(|n| n == expected), "{expected} missing from {names:?}");
     }
-    assert_eq!(names.len(), 14);
+    assert_eq!(names.len(), 15);
 }
 
 #[test]
@@ -50,7 +51,7 @@ fn crds_output_dir_writes_one_file_per_crd() {
     let (ok, _, stderr) = mcm(&["crds", "--output-dir", dir.to_str().unwrap()]);
     assert!(ok, "{stderr}");
     let files = std::fs::read_dir(&dir).unwrap().count();
-    assert_eq!(files, 14);
+    assert_eq!(files, 15);
     let infra = std::fs::read_to_string(dir.join("infrastructure.cluster.x-k8s.io_mcmmachines.yaml")).unwrap();
     assert!(infra.contains("cluster.x-k8s.io/v1beta2: v1alpha1"));
     assert!(infra.contains("- cluster-api"));

@@ -191,7 +191,7 @@ fn the_components_obey_the_clusterctl_contract() {
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .map(|d| d["metadata"]["name"].as_str().unwrap())
         .collect();
-    for crd in ["mcmclusters", "mcmclustertemplates", "mcmmachines", "mcmmachinetemplates"] {
+    for crd in ["mcmclusters", "mcmclustertemplates", "mcmclusteridentities", "mcmmachines", "mcmmachinetemplates"] {
         assert!(crds.contains(format!("{crd}.infrastructure.cluster.x-k8s.io").as_str()), "{crd} in {crds:?}");
     }
     let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
@@ -324,15 +324,23 @@ fn clusterctl_move_takes_the_classes_and_the_clusters_secrets_not_the_providers(
             assert!(labelled(doc, MOVE), "{file}: Secret {name} moves with its cluster (label {MOVE})");
             own_secrets.insert(format!("demo-ns/{name}"));
         }
-        // Every Secret a class names is the template's own (moved) or the provider's (installed on each side).
+        // Every Secret a class names is the template's own (moved); the provider's (installed on each side) only
+        // through an identity: a template never names a Secret outside the cluster's namespace.
         let mut refs = Vec::new();
-        secret_refs(&Value::Array(docs), &mut refs);
+        secret_refs(&Value::Array(docs.clone()), &mut refs);
         for r in refs {
             let named = format!("{}/{}", r["namespace"].as_str().unwrap_or("demo-ns"), r["name"].as_str().unwrap());
-            assert!(
-                own_secrets.contains(&named) || provider_secrets.contains(&named),
-                "{file}: {named} is neither the template's nor the provider's: {provider_secrets:?}"
-            );
+            assert!(own_secrets.contains(&named), "{file}: {named} is not the template's own Secret");
+            assert!(!provider_secrets.contains(&named), "{file}: names the provider's Secret {named}");
+        }
+        // A cloud class takes its credentials from an MCMClusterIdentity.
+        for doc in docs.iter().filter(|d| d["kind"] == "MCMMachineTemplate") {
+            let spec = &doc["spec"]["template"]["spec"];
+            if spec["inlineClass"]["provider"] == "InMemory" {
+                continue;
+            }
+            assert_eq!(spec["identityRef"]["kind"], "MCMClusterIdentity", "{file}: {}", doc["metadata"]["name"]);
+            assert_eq!(spec["identityRef"]["name"], "value", "{file}: the identity is MCM_CLUSTER_IDENTITY_NAME");
         }
     }
 }

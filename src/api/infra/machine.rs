@@ -9,6 +9,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use super::identity::IdentityReference;
 use crate::api::capi::{MachineAddress, TemplateObjectMeta};
 use crate::api::mcm::{ClassSpec, CurrentStatus, LastOperation, MachineConfiguration, NodeTemplate, NodeTemplateSpec};
 use crate::api::schema::{condition_list, preserve_unknown_object, resource_list};
@@ -95,6 +96,11 @@ pub struct MCMMachineSpec {
     /// A class written inline: provider, providerSpec and credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline_class: Option<InlineMachineClass>,
+    /// The MCMClusterIdentity that grants this machine a Secret outside its namespace. Every Secret the class
+    /// names outside the machine's namespace must be this identity's, and the identity must allow the namespace.
+    /// An inline class without `credentialsSecretRef` takes its credentials from the identity's Secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity_ref: Option<IdentityReference>,
     /// Labels, annotations and taints the Node gets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_template: Option<NodeTemplateSpec>,
@@ -112,7 +118,8 @@ pub struct InlineMachineClass {
     /// The driver's configuration, shaped as the matching Gardener provider defines it.
     #[schemars(schema_with = "preserve_unknown_object")]
     pub provider_spec: serde_json::Value,
-    /// The Secret with the cloud credentials.
+    /// The Secret with the cloud credentials: in the machine's namespace, or the Secret of the identity
+    /// `spec.identityRef` names.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<SecretReference>,
     /// What a Node of this class looks like before it exists (scale-from-zero).

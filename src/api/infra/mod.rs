@@ -5,9 +5,11 @@
 //! category `cluster-api`.
 
 mod cluster;
+mod identity;
 mod machine;
 
 pub use cluster::*;
+pub use identity::*;
 pub use machine::*;
 
 /// The API group.

@@ -21,7 +21,7 @@ use crate::api::infra::MCMMachine;
 use crate::api::mcm::Machine;
 use crate::api::mcm::names::USER_DATA_KEY;
 use crate::controllers::context::{key_of, publish_to};
-use crate::controllers::driver_request::mcm_machine_class;
+use crate::controllers::driver_request::ClassProblem;
 use crate::controllers::error::Error;
 use crate::controllers::vm::create::Created;
 use crate::controllers::vm::{self, Cloud};
@@ -95,9 +95,10 @@ pub(crate) async fn reconcile(obj: Arc<MCMMachine>, ctx: Arc<InfraContext>) -> R
     let gate = create_key(&obj);
     let resolved = match resolve_class(&obj, &ctx, create::provider_id(&hub)) {
         Ok(resolved) => resolved,
-        Err(problem) => {
-            publish_to(&ctx.recorder, &*obj, EventSpec::warning("InvalidClass", problem.message.clone())).await;
-            let ready = Some((false, infra::reason::INVALID_CLASS, problem.message));
+        Err(ClassProblem { reason, error }) => {
+            // A refused Secret (tenancy) stops here too: no driver is asked, no VM is made.
+            publish_to(&ctx.recorder, &*obj, EventSpec::warning(reason, error.message.clone())).await;
+            let ready = Some((false, reason, error.message));
             write_status(&ctx, &api, &obj, &hub, Write { ready, ..Default::default() }, now).await?;
             return Ok(requeue::action(&ctx.retries, &ctx.config, &gate, Next::Poll(RetryClass::Other), now));
         }
@@ -160,8 +161,8 @@ fn delete_key(obj: &MCMMachine) -> String {
 }
 
 /// The class of an MCMMachine with its driver and the request for its VM (`provider_id`: the one it names).
-fn resolve_class(obj: &MCMMachine, ctx: &InfraContext, provider_id: Option<&str>) -> Result<Cloud, DriverError> {
-    let (class, secret) = mcm_machine_class(obj, &ctx.classes, &|ns, name| ctx.secret(ns, name))?;
+fn resolve_class(obj: &MCMMachine, ctx: &InfraContext, provider_id: Option<&str>) -> Result<Cloud, ClassProblem> {
+    let (class, secret) = ctx.class_of(obj)?;
     let driver = ctx.drivers.get(&class.provider).map_err(|e| DriverError::new(Code::FailedPrecondition, e.message))?;
     let request = MachineRequest {
         machine: MachineInfo {
@@ -195,7 +196,9 @@ async fn delete_flow(
     if let Some(wait) = ctx.retries.waiting(&gate) {
         return Ok(Action::requeue(wait));
     }
-    let cloud = resolve_class(obj, ctx, create::provider_id(hub));
+    // A refused Secret is not used to delete either: the flow sees the refusal as the driver's error (without a
+    // VM recorded there is nothing to delete; with one, the deletion waits for the identity to allow it again).
+    let cloud = resolve_class(obj, ctx, create::provider_id(hub)).map_err(|p| p.error);
     let flavour = InfraVm { ctx, api, cloud, failure_domain: None, located: None, now };
     let next = vm::delete::run(&flavour, obj, hub, now).await?;
     Ok(requeue::action(&ctx.retries, &ctx.config, &gate, next, now))

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt, stream};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::runtime::controller::Config as ControllerConfig;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -32,16 +32,17 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
 use super::context::{RetryBook, key_of};
+use super::driver_request::{ClassLookups, ClassProblem, mcm_machine_class};
 use super::informer::{Informer, Notice};
 use super::tasks::{Tasks, controller, on_stop};
 use super::triggers::{applied, refs, scoped};
 use crate::api::capi;
-use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineTemplate};
+use crate::api::infra::{MCMCluster, MCMClusterIdentity, MCMMachine, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;
 use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::safety::SafetyConfig;
-use crate::providers::DriverRegistry;
+use crate::providers::{ClassInfo, DriverRegistry, SecretData};
 
 /// How the infrastructure controllers run.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,6 +103,10 @@ pub(crate) struct InfraContext {
     pub classes: Store<MachineClass>,
     /// Secrets: bootstrap data and credentials.
     pub secrets: Store<Secret>,
+    /// MCMClusterIdentities (cluster-scoped): which namespaces may use a Secret outside their own.
+    pub identities: Store<MCMClusterIdentity>,
+    /// Namespaces (their labels, for an identity's `allowedNamespaces.selector`).
+    pub namespaces: Store<Namespace>,
     /// Each store's readiness.
     pub ready: Vec<watch::Receiver<bool>>,
     /// Events.
@@ -125,6 +130,18 @@ impl InfraContext {
     pub(crate) fn secret(&self, namespace: &str, name: &str) -> Option<Arc<Secret>> {
         self.secrets.get(&ObjectRef::new(name).within(namespace))
     }
+
+    /// The class of an MCMMachine with its credentials, from the stores; refused when it names a Secret outside
+    /// its namespace that no identity grants it ([`crate::lifecycle::tenancy`]).
+    pub(crate) fn class_of(&self, obj: &MCMMachine) -> Result<(ClassInfo, SecretData), ClassProblem> {
+        let lookups = ClassLookups {
+            classes: &self.classes,
+            identities: &self.identities,
+            namespaces: &self.namespaces,
+            secrets: &|ns, name| self.secret(ns, name),
+        };
+        mcm_machine_class(obj, &lookups)
+    }
 }
 
 /// The running infrastructure controllers. Dropping this cancels them; [`InfraControllers::stop`] lets them
@@ -146,7 +163,14 @@ impl InfraControllers {
         let mut classes: Informer<MachineClass> = Informer::new(scoped(&client, ns), config.clone());
         let mut secrets: Informer<Secret> = Informer::new(scoped(&client, ns), config.clone());
         let mut infra_clusters: Informer<MCMCluster> = Informer::new(scoped(&client, ns), config.clone());
-        let mut templates: Informer<MCMMachineTemplate> = Informer::new(scoped(&client, ns), config);
+        let mut templates: Informer<MCMMachineTemplate> = Informer::new(scoped(&client, ns), config.clone());
+        let mut identities: Informer<MCMClusterIdentity> = Informer::new(Api::all(client.clone()), config.clone());
+        // Watching one namespace: only that Namespace's labels matter.
+        let namespace_config = match ns {
+            Some(ns) => config.fields(&format!("metadata.name={ns}")),
+            None => config,
+        };
+        let mut namespaces: Informer<Namespace> = Informer::new(Api::all(client.clone()), namespace_config);
 
         let ctx = Arc::new(InfraContext {
             client: client.clone(),
@@ -158,7 +182,17 @@ impl InfraControllers {
             clusters: clusters.store(),
             classes: classes.store(),
             secrets: secrets.store(),
-            ready: vec![machines.ready(), owners.ready(), clusters.ready(), classes.ready(), secrets.ready()],
+            identities: identities.store(),
+            namespaces: namespaces.store(),
+            ready: vec![
+                machines.ready(),
+                owners.ready(),
+                clusters.ready(),
+                classes.ready(),
+                secrets.ready(),
+                identities.ready(),
+                namespaces.ready(),
+            ],
             recorder: Recorder::new(
                 client.clone(),
                 Reporter { controller: "mcm-infrastructure-controller".into(), instance: None },
@@ -176,6 +210,10 @@ impl InfraControllers {
             &mut secrets,
             ctx.machines.clone(),
             ctx.owners.clone(),
+        );
+        let machine_triggers = stream::select(
+            machine_triggers.boxed(),
+            tenancy_triggers(&mut identities, &mut namespaces, ctx.machines.clone()).boxed(),
         );
         let orphan_notices = machines.subscribe();
         let machine_controller = controller(
@@ -244,6 +282,8 @@ impl InfraControllers {
             secrets.ready(),
             infra_clusters.ready(),
             templates.ready(),
+            identities.ready(),
+            namespaces.ready(),
         ];
         let informers = vec![
             tokio::spawn(machines.run()),
@@ -253,6 +293,8 @@ impl InfraControllers {
             tokio::spawn(secrets.run()),
             tokio::spawn(infra_clusters.run()),
             tokio::spawn(templates.run()),
+            tokio::spawn(identities.run()),
+            tokio::spawn(namespaces.run()),
         ];
         let controllers = vec![
             tokio::spawn(machine_controller),
@@ -355,6 +397,35 @@ fn machine_triggers(
         bootstrap.chain(credentials).collect::<Vec<_>>()
     });
     stream::select_all([own.boxed(), by_owner.boxed(), by_cluster.boxed(), by_class.boxed(), by_secret.boxed()])
+}
+
+/// More MCMMachine triggers: the identity an MCMMachine names (created, changed, deleted), and its Namespace
+/// (labels an identity's selector matches), for the MCMMachines that name an identity.
+fn tenancy_triggers(
+    identities: &mut Informer<MCMClusterIdentity>,
+    namespaces: &mut Informer<Namespace>,
+    store: Store<MCMMachine>,
+) -> impl Stream<Item = ObjectRef<MCMMachine>> + Send + 'static {
+    let by_identity_store = store.clone();
+    let by_identity = refs(identities.subscribe(), move |n: Notice<MCMClusterIdentity>| {
+        let name = n.object().name_any();
+        by_identity_store
+            .state()
+            .iter()
+            .filter(|m| m.spec.identity_ref.as_ref().is_some_and(|r| r.name == name))
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect::<Vec<_>>()
+    });
+    let by_namespace = refs(namespaces.subscribe(), move |n: Notice<Namespace>| {
+        let name = n.object().name_any();
+        store
+            .state()
+            .iter()
+            .filter(|m| m.namespace().as_deref() == Some(name.as_str()) && m.spec.identity_ref.is_some())
+            .map(|m| ObjectRef::from_obj(&**m))
+            .collect::<Vec<_>>()
+    });
+    stream::select(by_identity, by_namespace)
 }
 
 /// The MCMCluster controller's triggers: MCMClusters, and the Clusters they belong to (pause, deletion).

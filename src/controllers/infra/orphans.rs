@@ -23,7 +23,6 @@ use crate::api::infra::MCMMachine;
 use crate::api::mcm::Machine;
 use crate::api::mcm::names::MACHINE_CLASS_KIND;
 use crate::controllers::context::key_of;
-use crate::controllers::driver_request::mcm_machine_class;
 use crate::controllers::informer::Notice;
 use crate::controllers::safety::schedule_orphan_collections;
 use crate::convert::machine::to_hub;
@@ -75,8 +74,12 @@ fn class_key(m: &MCMMachine) -> Option<String> {
     match (&m.spec.class, &m.spec.inline_class) {
         (Some(r), None) if r.kind == MACHINE_CLASS_KIND => Some(format!("MachineClass {namespace}/{}", r.name)),
         (None, Some(inline)) => {
-            let credentials = inline.credentials_secret_ref.as_ref().and_then(|r| r.name.clone());
-            Some(format!("inline {namespace} {} {} {credentials:?}", inline.provider, inline.provider_spec))
+            let credentials = inline.credentials_secret_ref.as_ref().map(|r| (&r.namespace, &r.name));
+            let identity = m.spec.identity_ref.as_ref().map(|r| &r.name);
+            Some(format!(
+                "inline {namespace} {} {} {credentials:?} {identity:?}",
+                inline.provider, inline.provider_spec
+            ))
         }
         _ => None,
     }
@@ -128,7 +131,8 @@ impl Collector {
                 continue;
             }
             let namespace = m.namespace().unwrap_or_default();
-            let listed = mcm_machine_class(&m, &self.ctx.classes, &|ns, name| self.ctx.secret(ns, name)).ok();
+            // A class whose Secrets the machine may not use is not listed (no call with a refused Secret).
+            let listed = self.ctx.class_of(&m).ok();
             if let Some((class, secret)) = listed {
                 index.insert(key.clone(), out.len());
                 out.push(ListedClass { key, namespace: namespace.clone(), class, secret, users: vec![m] });

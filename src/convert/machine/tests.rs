@@ -133,6 +133,7 @@ prop_compose! {
         failure_domain in proptest::option::of(word()),
         class in proptest::option::of(class_ref()),
         inline in proptest::option::of(inline_class()),
+        identity in proptest::option::of((word(), word())),
         node_template in node_template(),
         configuration in configuration(),
         status in proptest::option::of((
@@ -152,6 +153,7 @@ prop_compose! {
                 failure_domain,
                 class,
                 inline_class: inline,
+                identity_ref: identity.map(|(kind, name)| IdentityReference { kind, name }),
                 node_template,
                 configuration,
             },

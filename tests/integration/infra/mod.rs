@@ -6,6 +6,7 @@
 mod contract;
 mod placement;
 mod safety;
+mod tenancy;
 
 use std::time::Duration;
 
