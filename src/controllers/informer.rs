@@ -70,7 +70,15 @@ where
     pub(crate) fn new(api: Api<K>, config: watcher::Config) -> Self {
         let writer = Writer::default();
         let reader = writer.as_reader();
-        Informer { api, config, writer, reader, subscribers: Vec::new(), ready: watch::channel(false).0, optional: false }
+        Informer {
+            api,
+            config,
+            writer,
+            reader,
+            subscribers: Vec::new(),
+            ready: watch::channel(false).0,
+            optional: false,
+        }
     }
 
     /// For a kind whose CRD may not be installed (MCM's MachineClass next to a Cluster API install): while the API

@@ -37,10 +37,8 @@ fn kustomize_default() -> String {
 
 /// `kubectl kustomize <dir>` of the repository.
 fn kustomize(dir: &str) -> String {
-    let out = Command::new("kubectl")
-        .args(["kustomize", root().join(dir).to_str().unwrap()])
-        .output()
-        .expect("kubectl runs");
+    let out =
+        Command::new("kubectl").args(["kustomize", root().join(dir).to_str().unwrap()]).output().expect("kubectl runs");
     assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -128,7 +126,11 @@ fn the_release_manifests_are_kustomize_output_and_a_local_clusterctl_repository(
         "out/infrastructure-components.yaml is `kubectl kustomize config/default`"
     );
     let crd = std::fs::read_to_string(out.join("machineclass-crd.yaml")).unwrap();
-    assert_eq!(crd, kustomize("config/machineclass"), "out/machineclass-crd.yaml is `kubectl kustomize config/machineclass`");
+    assert_eq!(
+        crd,
+        kustomize("config/machineclass"),
+        "out/machineclass-crd.yaml is `kubectl kustomize config/machineclass`"
+    );
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let repo = out.join("repository/infrastructure-mcm").join(&version);
     for file in [
@@ -268,12 +270,7 @@ fn the_provider_crds_are_the_generated_ones() {
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
         let generated =
             std::fs::read_to_string(root().join("crds").join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            generated,
-            "{} differs: run make crds",
-            path.display()
-        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), generated, "{} differs: run make crds", path.display());
     }
 }
 

@@ -54,7 +54,10 @@ async fn init_and_delete_leave_gardeners_machineclass_crd_and_classes_alone() {
         "init did not write Gardener's CRD at all"
     );
     let ours = crds.get("mcmmachines.infrastructure.cluster.x-k8s.io").await.unwrap();
-    assert_eq!(ours.metadata.labels.unwrap_or_default().get(PROVIDER_LABEL).map(String::as_str), Some("infrastructure-mcm"));
+    assert_eq!(
+        ours.metadata.labels.unwrap_or_default().get(PROVIDER_LABEL).map(String::as_str),
+        Some("infrastructure-mcm")
+    );
 
     // --include-crd: our CRDs go, Gardener's CRD and its MachineClass stay.
     let (ok, stdout, stderr) = m.clusterctl(&["delete", "--infrastructure", "mcm", "--include-crd"]).await;

@@ -7,9 +7,7 @@ use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use serde_json::json;
 
-use super::{
-    Cloud, Management, NS, Tools, capi, control_plane_machine, list, machine_classes, running_workers, text,
-};
+use super::{Cloud, Management, NS, Tools, capi, control_plane_machine, list, machine_classes, running_workers, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
