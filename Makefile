@@ -4,10 +4,10 @@ CARGO ?= cargo
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 IMG ?= ghcr.io/gardener/cluster-api-provider-mcm:v$(VERSION)
-# The CRDs the infrastructure provider's components install (a test keeps config/crd/bases equal to crds/).
+# The CRDs the infrastructure provider's components install (a test keeps config/crd/bases equal to crds/), and
+# MCM's MachineClass CRD, released apart (config/machineclass; docs/clusterctl.md says why).
 PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.cluster.x-k8s.io_mcmclustertemplates \
-	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates \
-	machine.sapcloud.io_machineclasses
+	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates
 
 .PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
 	protobuf-descriptors
@@ -36,6 +36,7 @@ protobuf-descriptors: ## Regenerate third_party/kubernetes-protobuf/ after a Kub
 crds: ## Regenerate crds/ from the API types, and config/crd/bases from crds/ (tests fail when either drifts)
 	$(CARGO) run --quiet --no-default-features -- crds --output-dir crds
 	for crd in $(PROVIDER_CRDS); do cp crds/$$crd.yaml config/crd/bases/; done
+	cp crds/machine.sapcloud.io_machineclasses.yaml config/machineclass/
 
 release-manifests: ## clusterctl assets in out/: components, metadata, templates, a local repository and clusterctl.yaml
 	hack/release-manifests.sh out

@@ -2,6 +2,8 @@
 # Writes the clusterctl release assets and a local clusterctl repository:
 #   OUT/infrastructure-components.yaml   `kubectl kustomize config/default`, unchanged
 #   OUT/metadata.yaml                    clusterctl-metadata.yaml
+#   OUT/machineclass-crd.yaml            `kubectl kustomize config/machineclass`: MCM's MachineClass CRD, not a
+#                                        component (`kubectl create -f` it where Gardener's MCM does not run)
 #   OUT/cluster-template*.yaml           templates/
 #   OUT/repository/infrastructure-mcm/vVERSION/   the three above, as clusterctl's local repository layout
 #   OUT/clusterctl.yaml                  registers that repository: clusterctl init --config OUT/clusterctl.yaml --infrastructure mcm
@@ -19,6 +21,7 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 kubectl kustomize config/default > "$out/infrastructure-components.yaml"
 cp clusterctl-metadata.yaml "$out/metadata.yaml"
+kubectl kustomize config/machineclass > "$out/machineclass-crd.yaml"
 cp templates/cluster-template*.yaml "$out/"
 repo="$out/repository/infrastructure-mcm/$version"
 mkdir -p "$repo"

@@ -146,6 +146,21 @@ fn apply_schema(rt: &ResourceType, version: &str, name: &str, obj: &mut Value) -
     Err(invalid(rt, name, causes))
 }
 
+/// kube-apiserver's defaulting of a v1 CRD's names: `spec.names.singular` (the kind in lower case) and
+/// `spec.names.listKind` (`<kind>List`) when absent. Clients read them from the spec (clusterctl lists a provider's
+/// objects by `listKind`).
+fn default_crd_names(crd: &mut Value) {
+    let Some(names) = crd.pointer_mut("/spec/names").and_then(Value::as_object_mut) else { return };
+    let Some(kind) = names.get("kind").and_then(Value::as_str).map(str::to_string) else { return };
+    let empty = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
+    if empty(names.get("singular")) {
+        names.insert("singular".into(), json!(kind.to_lowercase()));
+    }
+    if empty(names.get("listKind")) {
+        names.insert("listKind".into(), json!(format!("{kind}List")));
+    }
+}
+
 /// Everything a CRD's status says once it is served.
 fn crd_status(crd: &Value, previous: Option<&Value>) -> Value {
     let names = &crd["spec"]["names"];
@@ -240,6 +255,7 @@ pub fn admit_crd(store: &mut Store, crd: Value, previous: Option<&Value>) -> Res
         ));
     }
     let mut crd = crd;
+    default_crd_names(&mut crd);
     crd["status"] = crd_status(&crd, previous);
     store.registry.insert(served);
     Ok(crd)

@@ -151,7 +151,12 @@ pub(crate) fn mcm_machine_class(
                 return Err(DriverError::new(Code::FailedPrecondition, message).into());
             }
             let Some(class) = lookups.classes.get(&ObjectRef::<MachineClass>::new(&r.name).within(&namespace)) else {
-                let message = format!("MachineClass {namespace}/{} does not exist", r.name);
+                // The provider's components do not install MCM's MachineClass CRD (docs/clusterctl.md).
+                let message = format!(
+                    "MachineClass {namespace}/{} does not exist (referenced classes need the CRD \
+                     machineclasses.machine.sapcloud.io: Gardener's MCM or machineclass-crd.yaml of the release)",
+                    r.name
+                );
                 return Err(DriverError::new(Code::FailedPrecondition, message).into());
             };
             let class_ns = class.namespace().unwrap_or_default();

@@ -58,6 +58,7 @@ where
     reader: Store<K>,
     subscribers: Vec<mpsc::UnboundedSender<Notice<K>>>,
     ready: watch::Sender<bool>,
+    optional: bool,
 }
 
 impl<K> Informer<K>
@@ -69,7 +70,23 @@ where
     pub(crate) fn new(api: Api<K>, config: watcher::Config) -> Self {
         let writer = Writer::default();
         let reader = writer.as_reader();
-        Informer { api, config, writer, reader, subscribers: Vec::new(), ready: watch::channel(false).0 }
+        Informer {
+            api,
+            config,
+            writer,
+            reader,
+            subscribers: Vec::new(),
+            ready: watch::channel(false).0,
+            optional: false,
+        }
+    }
+
+    /// For a kind whose CRD may not be installed (MCM's MachineClass next to a Cluster API install): while the API
+    /// server does not serve the kind (its list answers 404), the store is empty and counts as ready, so the
+    /// controllers run for everything else. The watch keeps retrying and fills the store once the kind is served.
+    pub(crate) fn optional(mut self) -> Self {
+        self.optional = true;
+        self
     }
 
     /// Turns `true` once the store has its first list. Unlike `Store::wait_until_ready`, whose one-shot channel
@@ -103,6 +120,13 @@ where
             let event = match event {
                 Ok(event) => event,
                 Err(e) => {
+                    if self.optional && not_served(&e) {
+                        if !*self.ready.borrow() {
+                            tracing::info!(kind = %kind, "not served by the API server (no CRD); empty until it is");
+                            self.ready.send_replace(true);
+                        }
+                        continue;
+                    }
                     tracing::warn!(kind = %kind, error = %e, "watch failed; retrying");
                     continue;
                 }
@@ -136,6 +160,14 @@ where
                 watcher::Event::Init | watcher::Event::InitApply(_) => {}
             }
         }
+    }
+}
+
+/// Whether a watch error says the API server does not serve the kind at all (a list answered 404).
+fn not_served(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.is_not_found(),
+        _ => false,
     }
 }
 

@@ -18,7 +18,6 @@ const COMPONENT_VARIABLES: &[(&str, Option<&str>)] = &[
     ("AZURE_B64ENCODED_SUBSCRIPTION_ID", Some("\"\"")),
     ("AZURE_B64ENCODED_TENANT_ID", Some("\"\"")),
     ("GCP_B64ENCODED_CREDENTIALS", Some("\"\"")),
-    ("MCM_CONTROLLERS", Some("infrastructure")),
     ("MCM_KUBE_API_BURST", Some("30")),
     ("MCM_KUBE_API_QPS", Some("20")),
     ("MCM_LOG_LEVEL", Some("info")),
@@ -33,11 +32,14 @@ pub fn root() -> PathBuf {
 
 /// `kubectl kustomize config/default`.
 fn kustomize_default() -> String {
-    let out = Command::new("kubectl")
-        .args(["kustomize", root().join("config/default").to_str().unwrap()])
-        .output()
-        .expect("kubectl runs");
-    assert!(out.status.success(), "kubectl kustomize: {}", String::from_utf8_lossy(&out.stderr));
+    kustomize("config/default")
+}
+
+/// `kubectl kustomize <dir>` of the repository.
+fn kustomize(dir: &str) -> String {
+    let out =
+        Command::new("kubectl").args(["kustomize", root().join(dir).to_str().unwrap()]).output().expect("kubectl runs");
+    assert!(out.status.success(), "kubectl kustomize {dir}: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -123,6 +125,12 @@ fn the_release_manifests_are_kustomize_output_and_a_local_clusterctl_repository(
         kustomize_default(),
         "out/infrastructure-components.yaml is `kubectl kustomize config/default`"
     );
+    let crd = std::fs::read_to_string(out.join("machineclass-crd.yaml")).unwrap();
+    assert_eq!(
+        crd,
+        kustomize("config/machineclass"),
+        "out/machineclass-crd.yaml is `kubectl kustomize config/machineclass`"
+    );
     let version = format!("v{}", env!("CARGO_PKG_VERSION"));
     let repo = out.join("repository/infrastructure-mcm").join(&version);
     for file in [
@@ -191,11 +199,22 @@ fn the_components_obey_the_clusterctl_contract() {
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .map(|d| d["metadata"]["name"].as_str().unwrap())
         .collect();
-    for crd in ["mcmclusters", "mcmclustertemplates", "mcmclusteridentities", "mcmmachines", "mcmmachinetemplates"] {
-        assert!(crds.contains(format!("{crd}.infrastructure.cluster.x-k8s.io").as_str()), "{crd} in {crds:?}");
-    }
+    // Only CRDs of our own group: clusterctl labels every component as ours and `clusterctl delete --include-crd`
+    // deletes every CRD so labelled, so a CRD another installation owns (Gardener MCM's MachineClass) must not be
+    // one (upstream::installing runs both with the real clusterctl).
+    let expected: BTreeSet<String> = ["mcmclusters", "mcmclustertemplates", "mcmclusteridentities", "mcmmachines", "mcmmachinetemplates"]
+        .iter()
+        .map(|crd| format!("{crd}.infrastructure.cluster.x-k8s.io"))
+        .collect();
+    let crds: BTreeSet<String> = crds.iter().map(|c| c.to_string()).collect();
+    assert_eq!(crds, expected, "the components' CRDs");
     let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
     assert_eq!(deployments.len(), 1);
+    // The Pods carry the provider label too (clusterctl labels only the objects it creates).
+    assert_eq!(
+        deployments[0]["spec"]["template"]["metadata"]["labels"]["cluster.x-k8s.io/provider"], "infrastructure-mcm",
+        "the Pod template carries the provider label"
+    );
     let pod = &deployments[0]["spec"]["template"]["spec"];
     let containers = pod["containers"].as_array().unwrap();
     let manager = containers.iter().find(|c| c["name"] == "manager").expect("a container named manager");
@@ -245,16 +264,13 @@ fn the_metadata_is_what_clusterctl_validates() {
 
 #[test]
 fn the_provider_crds_are_the_generated_ones() {
-    for entry in std::fs::read_dir(root().join("config/crd/bases")).unwrap() {
-        let path = entry.unwrap().path();
+    let bases = std::fs::read_dir(root().join("config/crd/bases")).unwrap().map(|e| e.unwrap().path());
+    let machine_class = root().join("config/machineclass/machine.sapcloud.io_machineclasses.yaml");
+    for path in bases.chain([machine_class]) {
         let name = path.file_name().unwrap().to_str().unwrap().to_string();
         let generated =
             std::fs::read_to_string(root().join("crds").join(&name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(
-            std::fs::read_to_string(&path).unwrap(),
-            generated,
-            "config/crd/bases/{name} differs: run make crds"
-        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), generated, "{} differs: run make crds", path.display());
     }
 }
 
@@ -297,10 +313,16 @@ fn clusterctl_move_takes_the_classes_and_the_clusters_secrets_not_the_providers(
     let labelled = |doc: &Value, label: &str| doc["metadata"]["labels"].get(label).is_some();
     for doc in &components {
         let (kind, name) = (doc["kind"].as_str().unwrap(), doc["metadata"]["name"].as_str().unwrap());
-        let want = kind == "CustomResourceDefinition" && name == "machineclasses.machine.sapcloud.io";
-        assert_eq!(labelled(doc, MOVE), want, "{kind} {name}: label {MOVE}");
+        assert!(!labelled(doc, MOVE), "{kind} {name}: label {MOVE}");
         assert!(!labelled(doc, "clusterctl.cluster.x-k8s.io/move-hierarchy"), "{kind} {name}");
     }
+    // MCM's MachineClass CRD, released apart: move finds it (`clusterctl.cluster.x-k8s.io`) and takes every
+    // MachineClass (MOVE), but it is not the provider's (no provider label), so `clusterctl delete` leaves it.
+    let crd = documents(&kustomize("config/machineclass"));
+    assert_eq!(crd.len(), 1);
+    assert_eq!(crd[0]["metadata"]["name"], "machineclasses.machine.sapcloud.io");
+    assert!(labelled(&crd[0], MOVE) && labelled(&crd[0], "clusterctl.cluster.x-k8s.io"), "{}", crd[0]["metadata"]);
+    assert!(!labelled(&crd[0], "cluster.x-k8s.io/provider"), "{}", crd[0]["metadata"]);
     let provider_secrets: BTreeSet<String> = components
         .iter()
         .filter(|d| d["kind"] == "Secret")
@@ -398,20 +420,89 @@ async fn the_components_apply_to_an_api_server() {
     assert_eq!(secret.trim(), "QUtJQUVYQU1QTEU=");
     let roles = kubectl.run(&["get", "clusterrole", "mcm-manager-role", "-o", "name"]).await;
     assert_eq!(roles.trim(), "clusterrole.rbac.authorization.k8s.io/mcm-manager-role");
+    // An MCMClusterTemplate keeps `spec.template.metadata` (CAPI's InfraClusterTemplate contract): not pruned.
+    let template = serde_json::json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MCMClusterTemplate",
+        "metadata": {"name": "demo", "namespace": "default"},
+        "spec": {"template": {
+            "metadata": {"labels": {"team": "a"}, "annotations": {"note": "b"}},
+            "spec": {"controlPlaneEndpoint": {"host": "api.demo.example", "port": 6443}},
+        }},
+    });
+    kubectl.run(&["apply", "-f", kubectl.file("template.yaml", &template.to_string()).to_str().unwrap()]).await;
+    let stored = kubectl.run(&["-n", "default", "get", "mcmclustertemplate", "demo", "-o", "json"]).await;
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(stored["spec"]["template"]["metadata"], template["spec"]["template"]["metadata"], "{stored}");
     server.shutdown().await;
 }
 
-/// The manager Deployment's `--controllers` (its default substituted) names only controllers `mcm run` accepts.
+/// The manager Deployment's `--controllers` runs the infrastructure controllers and nothing else: config/rbac
+/// grants what those need (audited by run::infra) and nothing for the MCM flavour's or the `capi` group's, so the
+/// value is fixed, not a variable a user could widen at `clusterctl init`.
 #[test]
-fn the_manager_selects_controllers_mcm_run_knows() {
+fn the_manager_runs_only_the_controllers_its_rbac_serves() {
     let manager = std::fs::read_to_string(root().join("config/manager/manager.yaml")).unwrap();
-    let manager = substitute(&manager, &BTreeMap::new());
     let deployment = documents(&manager).into_iter().find(|d| d["kind"] == "Deployment").unwrap();
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].as_array().unwrap();
     let list = args.iter().filter_map(Value::as_str).find_map(|a| a.strip_prefix("--controllers=")).unwrap();
+    assert!(variables(list).is_empty(), "--controllers={list} is not a clusterctl variable");
     use mcm::run::selection::{INFRASTRUCTURE, KNOWN, OFF_BY_DEFAULT, disabled};
     let disabled = disabled(list, KNOWN, OFF_BY_DEFAULT).unwrap_or_else(|e| panic!("--controllers={list}: {e}"));
-    assert!(!disabled.contains(INFRASTRUCTURE), "--controllers={list} runs the infrastructure provider");
+    let enabled: Vec<&str> = KNOWN.iter().copied().filter(|k| !disabled.contains(*k)).collect();
+    assert_eq!(enabled, [INFRASTRUCTURE], "--controllers={list}");
+}
+
+/// A MachineDeployment's selector names its cluster and itself (`cluster.x-k8s.io/deployment-name`), so it cannot
+/// match the Machines of another deployment of the cluster, and its Machine template carries those labels.
+#[test]
+fn every_machine_deployment_selects_only_its_own_machines() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(root().join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let values: BTreeMap<&str, &str> = variables(&text).keys().map(|k| (leak(k), sample(k))).collect();
+        for doc in documents(&substitute(&text, &values)).iter().filter(|d| d["kind"] == "MachineDeployment") {
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            let selector = doc["spec"]["selector"]["matchLabels"].as_object().expect("matchLabels");
+            assert_eq!(selector.get("cluster.x-k8s.io/cluster-name"), Some(&Value::from("demo")), "{file} {name}");
+            assert_eq!(selector.get("cluster.x-k8s.io/deployment-name"), Some(&Value::from(name)), "{file} {name}");
+            let labels = &doc["spec"]["template"]["metadata"]["labels"];
+            for (key, value) in selector {
+                assert_eq!(&labels[key], value, "{file} {name}: the Machine template carries {key}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "every template's MachineDeployment: {checked}");
+}
+
+/// Templates name no namespace of the provider's installation (`clusterctl init --target-namespace` may put it
+/// anywhere): every object and reference is in `${NAMESPACE}`. Credentials references are left to their own
+/// change (an identity replaces them) and skipped here.
+#[test]
+fn templates_name_no_provider_namespace() {
+    for entry in std::fs::read_dir(root().join("templates")).unwrap() {
+        let path = entry.unwrap().path();
+        let file = path.file_name().unwrap().to_str().unwrap().to_string();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let values: BTreeMap<&str, &str> = variables(&text).keys().map(|k| (leak(k), sample(k))).collect();
+        for mut doc in documents(&substitute(&text, &values)) {
+            drop_credentials_refs(&mut doc);
+            assert!(!doc.to_string().contains("mcm-system"), "{file}: {doc}");
+        }
+    }
+}
+
+fn drop_credentials_refs(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.remove("credentialsSecretRef");
+            map.values_mut().for_each(drop_credentials_refs);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_credentials_refs),
+        _ => {}
+    }
 }
 
 /// Every inline class of every cluster template, variables filled with their defaults (or a sample value), is a

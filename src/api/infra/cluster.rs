@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::machine::InitializationStatus;
-use crate::api::capi::{ApiEndpoint, FailureDomain};
+use crate::api::capi::{ApiEndpoint, FailureDomain, TemplateObjectMeta};
 use crate::api::schema::condition_list;
 
 /// MCMCluster is the infrastructure cluster of a Cluster API Cluster whose machines MCM manages.
@@ -106,10 +106,14 @@ pub struct MCMClusterTemplateSpec {
     pub template: MCMClusterTemplateResource,
 }
 
-/// The spec of MCMClusters created from a template.
+/// The metadata and spec of MCMClusters created from a template (CAPI's InfraClusterTemplate contract:
+/// `spec.template.metadata` carries labels and annotations ClusterClass puts on the MCMCluster).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MCMClusterTemplateResource {
+    /// Labels and annotations of the MCMClusters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateObjectMeta>,
     /// The MCMCluster spec.
     pub spec: MCMClusterSpec,
 }

@@ -160,7 +160,9 @@ impl InfraControllers {
         let mut machines: Informer<MCMMachine> = Informer::new(scoped(&client, ns), config.clone());
         let mut owners: Informer<capi::Machine> = Informer::new(scoped(&client, ns), config.clone());
         let mut clusters: Informer<capi::Cluster> = Informer::new(scoped(&client, ns), config.clone());
-        let mut classes: Informer<MachineClass> = Informer::new(scoped(&client, ns), config.clone());
+        // MCM's MachineClass CRD is not part of the provider's components (docs/clusterctl.md): without it, only
+        // MCMMachines that reference a MachineClass wait (the class does not exist).
+        let mut classes: Informer<MachineClass> = Informer::new(scoped(&client, ns), config.clone()).optional();
         let mut secrets: Informer<Secret> = Informer::new(scoped(&client, ns), config.clone());
         let mut infra_clusters: Informer<MCMCluster> = Informer::new(scoped(&client, ns), config.clone());
         let mut templates: Informer<MCMMachineTemplate> = Informer::new(scoped(&client, ns), config.clone());

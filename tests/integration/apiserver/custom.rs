@@ -41,6 +41,26 @@ async fn crds_are_established_and_served_at_once() {
     assert!(sets.list(&Default::default()).await.unwrap().items.is_empty());
 }
 
+/// As kube-apiserver defaults them: a CRD written without `listKind` and `singular` has both in its spec (clusterctl
+/// lists a provider's objects by `spec.names.listKind`).
+#[tokio::test]
+async fn a_crds_list_kind_and_singular_are_defaulted() {
+    let (_server, client) = start().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client);
+    let crd = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"kind": "Widget", "plural": "widgets"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let names = crds.get("widgets.example.com").await.unwrap().spec.names;
+    assert_eq!(names.list_kind.as_deref(), Some("WidgetList"));
+    assert_eq!(names.singular.as_deref(), Some("widget"));
+}
+
 #[tokio::test]
 async fn status_and_spec_are_written_separately_and_generation_counts_spec() {
     let (_server, client) = start().await;

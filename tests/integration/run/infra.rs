@@ -1,5 +1,5 @@
 //! `mcm run --controllers=infrastructure` as `clusterctl init` installs it: an API server with only the CRDs of
-//! `config/crd` and CAPI core's, no machine.sapcloud.io kinds but MachineClass, no target cluster. The test plays
+//! `config/crd` and CAPI core's, no machine.sapcloud.io kinds (not even MachineClass), no target cluster. The test plays
 //! CAPI core's steps for one Machine; the process must get ready, provision the MCMMachine, collect an orphan VM of
 //! its class, and make only the requests the install's RBAC (`config/rbac`) allows.
 

@@ -8,6 +8,7 @@
 mod aws;
 mod clusterctl;
 mod differential;
+mod installing;
 mod moving;
 
 use std::net::SocketAddr;
@@ -183,25 +184,35 @@ impl Management {
     /// cert-manager's work for core's webhook (serving certificate, CA bundles), core's manager with that
     /// certificate (the EndpointSlice of its webhook Service points at it), and our manager.
     pub async fn init(&mut self, cloud_url: &str) -> String {
-        let (ok, stdout, stderr) = self
-            .clusterctl(&[
-                "init",
-                "--core",
-                &format!("cluster-api:{}", self.tools.capi_version),
-                "--infrastructure",
-                "mcm",
-                // No kubeadm bootstrap and control plane providers (clusterctl's default): the tests play those.
-                "--bootstrap",
-                "-",
-                "--control-plane",
-                "-",
-            ])
-            .await;
-        assert!(ok, "clusterctl init failed:\n{stderr}\n{stdout}");
-        let printed = format!("{stdout}{stderr}");
+        let printed = self.install(&["--core", &self.core(), "--infrastructure", "mcm"]).await;
         self.play_cert_manager_and_start_core().await;
         self.start_infra(cloud_url);
         printed
+    }
+
+    /// The core provider for `clusterctl init --core`: `cluster-api:<the built version>`.
+    pub fn core(&self) -> String {
+        format!("cluster-api:{}", self.tools.capi_version)
+    }
+
+    /// `clusterctl init` with `args`, nothing started: what it printed, stdout and stderr.
+    pub async fn install(&self, args: &[&str]) -> String {
+        // No kubeadm bootstrap and control plane providers (clusterctl's default): the tests play those.
+        let init = ["init", "--bootstrap", "-", "--control-plane", "-"];
+        let (ok, stdout, stderr) = self.clusterctl(&[&init[..], args].concat()).await;
+        assert!(ok, "clusterctl init {args:?} failed:\n{stderr}\n{stdout}");
+        format!("{stdout}{stderr}")
+    }
+
+    /// The documented step for referenced MachineClasses where Gardener's MCM does not run: `kubectl create -f
+    /// machineclass-crd.yaml` of the release (docs/clusterctl.md); waits until the kind is served.
+    pub async fn create_machineclass_crd(&self) {
+        let crd = self.dir.0.join("mcm-release/machineclass-crd.yaml");
+        let kubectl = Kubectl::for_kubeconfig(&self.kubeconfig);
+        kubectl.run(&["create", "-f", crd.to_str().unwrap()]).await;
+        let classes: Api<DynamicObject> = Api::all_with(self.client.clone(), &machine_classes());
+        self.wait("MachineClasses to be served", || async { classes.list(&Default::default()).await.ok().map(drop) })
+            .await;
     }
 
     /// What cert-manager, its CA injector and the kubelet running core's Pod would do.
@@ -455,6 +466,17 @@ pub fn capi(kind: &str, plural: &str) -> ApiResource {
         api_version: "cluster.x-k8s.io/v1beta2".into(),
         kind: kind.into(),
         plural: plural.into(),
+    }
+}
+
+/// MCM's MachineClass.
+pub fn machine_classes() -> ApiResource {
+    ApiResource {
+        group: "machine.sapcloud.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "machine.sapcloud.io/v1alpha1".into(),
+        kind: "MachineClass".into(),
+        plural: "machineclasses".into(),
     }
 }
 

@@ -5,10 +5,9 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
-use kube::discovery::ApiResource;
 use serde_json::json;
 
-use super::{Cloud, Management, NS, Tools, capi, control_plane_machine, list, running_workers, text};
+use super::{Cloud, Management, NS, Tools, capi, control_plane_machine, list, machine_classes, running_workers, text};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
@@ -21,6 +20,8 @@ async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
     // Orphan collection every 2 s on both sides, so that it runs while objects are half moved.
     for m in [&mut source, &mut target] {
         m.infra_flags = vec!["--machine-safety-orphan-vms-period=2s".into()];
+        // Referenced MachineClasses need MCM's CRD, which the components do not install (docs/clusterctl.md).
+        m.create_machineclass_crd().await;
         m.init(&cloud.url).await;
     }
 
@@ -45,13 +46,7 @@ async fn clusterctl_move_hands_running_machines_over_without_touching_a_vm() {
     moved_ids.sort();
     assert_eq!(moved_ids, ids, "the same VMs back the moved Machines");
     assert!(list(&source.client, &capi("Machine", "machines"), "").await.is_empty(), "nothing left on the source");
-    let classes = ApiResource {
-        group: "machine.sapcloud.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "machine.sapcloud.io/v1alpha1".into(),
-        kind: "MachineClass".into(),
-        plural: "machineclasses".into(),
-    };
+    let classes = machine_classes();
     assert_eq!(list(&target.client, &classes, "").await.len(), 1, "the MachineClass moved");
     let secrets: Api<Secret> = Api::namespaced(target.client.clone(), NS);
     assert!(secrets.get_opt("demo-class-credentials").await.unwrap().is_some(), "its Secret moved");
@@ -83,13 +78,7 @@ async fn machine_class(m: &Management, name: &str) {
     }))
     .unwrap();
     secrets.create(&PostParams::default(), &secret).await.unwrap();
-    let resource = ApiResource {
-        group: "machine.sapcloud.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "machine.sapcloud.io/v1alpha1".into(),
-        kind: "MachineClass".into(),
-        plural: "machineclasses".into(),
-    };
+    let resource = machine_classes();
     let api: Api<DynamicObject> = Api::namespaced_with(m.client.clone(), NS, &resource);
     let class = serde_json::from_value(json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
