@@ -126,6 +126,8 @@ pub struct Management {
     infra: Option<McmRun>,
     /// Extra flags for our manager (set before `init`).
     pub infra_flags: Vec<String>,
+    /// `--webhook-port` and `--webhook-cert-dir` of our manager, once cert-manager's part is played.
+    infra_webhook: Vec<String>,
 }
 
 /// The namespace the tests' clusters live in.
@@ -139,8 +141,17 @@ impl Management {
         let dir = TempDir::new(&format!("mcm-upstream-{name}"));
         let kubeconfig = dir.0.join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
-        let management =
-            Management { server, client, kubeconfig, dir, tools, core: None, infra: None, infra_flags: Vec::new() };
+        let management = Management {
+            server,
+            client,
+            kubeconfig,
+            dir,
+            tools,
+            core: None,
+            infra: None,
+            infra_flags: Vec::new(),
+            infra_webhook: Vec::new(),
+        };
         management.write_clusterctl_config().await;
         management
     }
@@ -199,17 +210,21 @@ impl Management {
             .await;
         assert!(ok, "clusterctl init failed:\n{stderr}\n{stdout}");
         let printed = format!("{stdout}{stderr}");
-        self.play_cert_manager_and_start_core().await;
+        let infra_webhook_port = self.play_cert_manager_and_start_core().await;
         self.start_infra(cloud_url);
+        wait_for_port(infra_webhook_port).await;
         printed
     }
 
     /// What cert-manager, its CA injector and the kubelet running core's Pod would do.
-    async fn play_cert_manager_and_start_core(&mut self) {
+    /// Returns the port our manager's webhooks are to be served on.
+    async fn play_cert_manager_and_start_core(&mut self) -> u16 {
         let webhook_port = free_port();
         let certs = self.dir.0.join("core-webhook-certs");
         std::fs::create_dir_all(&certs).unwrap();
-        let (ca_pem, cert_pem, key_pem) = serving_certificate(&["capi-webhook-service.capi-system.svc"]);
+        // One certificate for both providers' webhook Services (cert-manager would issue one each).
+        let (ca_pem, cert_pem, key_pem) =
+            serving_certificate(&["capi-webhook-service.capi-system.svc", "mcm-webhook-service.mcm-system.svc"]);
         std::fs::write(certs.join("tls.crt"), &cert_pem).unwrap();
         std::fs::write(certs.join("tls.key"), &key_pem).unwrap();
         // cert-manager: the Secret its Certificate names.
@@ -226,6 +241,11 @@ impl Management {
         self.inject_ca_bundle(&bundle).await;
         // The kubelet and the EndpointSlice controller: core's manager serving its webhook on loopback.
         self.endpoints_for("capi-system", "capi-webhook-service", webhook_port).await;
+        // Ours: `mcm run --webhook-port` (start_infra) with the same certificate directory.
+        let infra_webhook_port = free_port();
+        self.endpoints_for("mcm-system", "mcm-webhook-service", infra_webhook_port).await;
+        self.infra_webhook =
+            vec![format!("--webhook-port={infra_webhook_port}"), format!("--webhook-cert-dir={}", certs.display())];
         let log = std::fs::File::create(self.dir.0.join("capi-manager.log")).unwrap();
         let core = Command::new(self.tools.path("capi-manager"))
             .env("KUBECONFIG", &self.kubeconfig)
@@ -243,6 +263,7 @@ impl Management {
             .expect("capi-manager starts");
         self.core = Some(core);
         wait_for_port(webhook_port).await;
+        infra_webhook_port
     }
 
     /// Sets `caBundle` where cert-manager's CA injector would: webhook configurations and conversion webhooks of
@@ -316,6 +337,7 @@ impl Management {
     /// Our manager, as the installed Deployment runs it (config/manager/manager.yaml), on the in-memory cloud.
     fn start_infra(&mut self, cloud_url: &str) {
         let mut flags = vec!["--controllers=infrastructure", "--target-kubeconfig=none", "--leader-elect=false"];
+        flags.extend(self.infra_webhook.iter().map(String::as_str));
         flags.extend(self.infra_flags.iter().map(String::as_str));
         self.infra = Some(McmRun::spawn_in(NS, "mcm-infrastructure", &self.kubeconfig, cloud_url, &self.dir.0, &flags));
     }
