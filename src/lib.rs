@@ -17,3 +17,4 @@ pub mod migrate;
 pub mod providers;
 pub mod run;
 pub mod telemetry;
+pub mod webhooks;

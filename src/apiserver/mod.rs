@@ -29,7 +29,7 @@ mod state;
 pub mod store;
 pub mod strategic_merge;
 mod subresources;
-mod tls;
+pub mod tls;
 mod watch;
 mod webhook;
 

@@ -105,6 +105,10 @@ struct DevArgs {
     /// `mcm run --inmemory-cloud-url` process does the reconciling.
     #[arg(long, conflicts_with = "apiserver_only")]
     no_controllers: bool,
+    /// Do not serve and register the admission webhooks (they validate MCMMachine, MCMMachineTemplate, MCMCluster
+    /// and MachineClass, as `mcm run --webhook-port` does in a cluster).
+    #[arg(long)]
+    no_webhooks: bool,
     #[command(flatten)]
     controllers: MachineControllerFlags,
     #[command(flatten)]
@@ -229,6 +233,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 controllers,
                 infra,
                 external: None,
+                webhooks: !args.no_webhooks,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

@@ -61,6 +61,13 @@ pub struct RunArgs {
     /// one listener).
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10258")]
     pub health_probe_bind_address: String,
+    /// The port the admission webhooks are served on over HTTPS, on every interface (`0` turns them off).
+    #[arg(long, value_name = "PORT", default_value_t = 9443)]
+    pub webhook_port: u16,
+    /// The directory with the webhooks' serving certificate, `tls.crt` and `tls.key` (cert-manager's Secret mounted
+    /// there); changed files are read again. Without the files the webhooks are not served (a warning says so).
+    #[arg(long, value_name = "DIR", default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub webhook_cert_dir: PathBuf,
     /// Requests per second each cluster's client may send on average (0 turns the limit off).
     #[arg(long, value_name = "QPS", default_value_t = 20.0)]
     pub kube_api_qps: f64,
@@ -175,6 +182,8 @@ impl RunArgs {
             leader,
             metrics_addr: address("--metrics-bind-address", &self.metrics_bind_address)?,
             health_addr: address("--health-probe-bind-address", &self.health_probe_bind_address)?,
+            webhook_addr: (self.webhook_port != 0).then(|| SocketAddr::from(([0, 0, 0, 0], self.webhook_port))),
+            webhook_cert_dir: self.webhook_cert_dir.clone(),
             inmemory_cloud_url: self.inmemory_cloud_url.clone(),
             controllers,
             infrastructure,
@@ -206,6 +215,10 @@ mod tests {
         assert_eq!(o.rate_limit, RateLimit { qps: 20.0, burst: 30 });
         assert_eq!(o.metrics_addr, Some("0.0.0.0:10258".parse().unwrap()));
         assert_eq!(o.health_addr, o.metrics_addr);
+        assert_eq!(o.webhook_addr, Some("0.0.0.0:9443".parse().unwrap()), "controller-runtime's port");
+        assert_eq!(o.webhook_cert_dir, PathBuf::from("/tmp/k8s-webhook-server/serving-certs"));
+        assert_eq!(options(&["--webhook-port=0"]).unwrap().webhook_addr, None);
+        assert_eq!(options(&["--webhook-port=9444"]).unwrap().webhook_addr, Some("0.0.0.0:9444".parse().unwrap()));
         let leader = o.leader.unwrap();
         assert_eq!((leader.lease_name.as_str(), leader.seconds()), ("machine-controller-manager", (15, 5)));
         for name in crate::controllers::CONTROLLER_NAMES {

@@ -44,6 +44,10 @@ pub struct DevOptions {
     /// Run against this cluster instead of starting the embedded API server (`listen` and `data_dir` are then
     /// unused).
     pub external: Option<ExternalCluster>,
+    /// Serve the admission webhooks in-process with a throw-away certificate and register them (by URL on
+    /// 127.0.0.1) before the sample is applied; `mcm dev` does unless `--no-webhooks`. Off, configurations left
+    /// by an earlier run in the data directory are removed.
+    pub webhooks: bool,
 }
 
 impl Default for DevOptions {
@@ -58,6 +62,7 @@ impl Default for DevOptions {
             controllers: ControllerOptions { capi_core: true, ..ControllerOptions::default() },
             infra: InfraOptions::default(),
             external: None,
+            webhooks: false,
         }
     }
 }
@@ -125,6 +130,9 @@ pub enum DevError {
     /// The in-memory cloud could not be served on loopback.
     #[error("could not serve the in-memory cloud: {0}")]
     CloudServer(std::io::Error),
+    /// The admission webhooks could not be served or registered.
+    #[error("could not serve the admission webhooks: {0}")]
+    Webhooks(String),
     /// Installing the CRDs failed.
     #[error("could not install the CRD {name}: {source}")]
     InstallCrd {
@@ -164,6 +172,43 @@ pub async fn install_crds(client: &kube::Client) -> Result<usize, DevError> {
     Ok(count)
 }
 
+/// The name of the webhook configurations `mcm dev` registers.
+pub const WEBHOOK_CONFIGURATION: &str = "mcm-dev-webhooks";
+
+/// Serves the admission webhooks on loopback with a throw-away CA and registers them with that CA and their URL;
+/// with `on` false, removes the configurations an earlier run left.
+async fn webhooks(client: &kube::Client, on: bool) -> Result<Option<crate::webhooks::WebhookServer>, DevError> {
+    use crate::webhooks::{Certificates, WebhookServer, configurations};
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    let fail = |e: &dyn std::fmt::Display| DevError::Webhooks(e.to_string());
+    if !on {
+        let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        for result in [
+            mutating.delete(WEBHOOK_CONFIGURATION, &Default::default()).await.map(drop),
+            validating.delete(WEBHOOK_CONFIGURATION, &Default::default()).await.map(drop),
+        ] {
+            match result {
+                Ok(()) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(fail(&e)),
+            }
+        }
+        return Ok(None);
+    }
+    let cert = crate::apiserver::tls::generate().map_err(|e| fail(&e))?;
+    let certificates = Certificates::Pem { chain: cert.chain_pem, key: cert.key_pem };
+    let server =
+        WebhookServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), certificates).await.map_err(|e| fail(&e))?;
+    let manifest = configurations(WEBHOOK_CONFIGURATION, &format!("https://{}", server.addr()), &cert.ca_pem)
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    apply_manifest(client, &manifest).await?;
+    Ok(Some(server))
+}
+
 /// The parts of a running `mcm dev`: the API server, the in-memory cloud, its kubelet, the drivers and a client.
 /// Tests start these in-process; the binary wraps them with progress lines and Ctrl-C.
 pub struct DevEnvironment {
@@ -197,6 +242,8 @@ pub struct DevEnvironment {
     /// `--apiserver-only`); also written to `inmemory-cloud-url` next to the kubeconfig.
     pub cloud_url: Option<String>,
     cloud_server: Option<tokio::task::JoinHandle<()>>,
+    /// The admission webhook server (with `webhooks`).
+    pub webhooks: Option<crate::webhooks::WebhookServer>,
 }
 
 impl DevEnvironment {
@@ -245,6 +292,7 @@ impl DevEnvironment {
             sample: Vec::new(),
             cloud_url: None,
             cloud_server: None,
+            webhooks: None,
         };
         if options.apiserver_only {
             return Ok(environment);
@@ -253,6 +301,13 @@ impl DevEnvironment {
         progress(&format!(
             "installed {count} CRDs (machine.sapcloud.io, infrastructure.cluster.x-k8s.io, cluster.x-k8s.io)"
         ));
+        environment.webhooks = webhooks(&client, options.webhooks).await?;
+        if let Some(server) = &environment.webhooks {
+            progress(&format!(
+                "serving the admission webhooks on https://{} (registered as {WEBHOOK_CONFIGURATION})",
+                server.addr()
+            ));
+        }
         environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));

@@ -7,7 +7,8 @@
 //!   [`replacement`]: meltdown protection; [`requeue`]: when a machine flow looks again.
 //! - [`delete`]: the deletion flow keyed on MCM's `lastOperation.description` steps.
 //! - [`node_sync`]: the node template's three-way merge onto the Node.
-//! - [`class`]: MachineClass and Secret finalizers, node template validation.
+//! - [`class`]: MachineClass and Secret finalizers, node template validation; [`admission`]: what the admission
+//!   webhooks validate and default.
 //! - [`userdata`]: secret merging, `userData` templating, bootstrap tokens.
 //! - [`status`]: the status fields we write and the events that go with them; [`names`]: MCM's texts (its names are
 //!   [`crate::api::mcm::names`]).
@@ -22,6 +23,7 @@
 //! Imports only `api`, `providers::contract` (the driver contract's types and codes, never a cloud module) and
 //! `drain` (its options type).
 
+pub mod admission;
 pub mod capi_cluster;
 pub mod capi_machine;
 pub mod capi_replicas;

@@ -77,6 +77,24 @@ impl DriverRegistry {
     }
 }
 
+/// Runs the providerSpec parser of the in-tree driver named `provider` (`AWS`, `Azure`, `GCP` as compiled in, and
+/// `InMemory`) on `spec`, as the driver does before each call: `None` when no in-tree driver claims the name, else
+/// the parser's message (naming the field) on failure. The admission webhooks run it, so a typo is refused at
+/// `kubectl apply`.
+pub fn check_provider_spec(provider: &str, spec: &serde_json::Value) -> Option<Result<(), String>> {
+    let parsed = match provider {
+        #[cfg(feature = "aws")]
+        aws::PROVIDER => aws::ProviderSpec::parse(spec).map(drop),
+        #[cfg(feature = "azure")]
+        azure::PROVIDER => azure::ProviderSpec::parse(spec).map(drop),
+        #[cfg(feature = "gcp")]
+        gcp::PROVIDER => gcp::ProviderSpec::parse(spec).map(drop),
+        inmemory::PROVIDER => inmemory::ProviderSpec::parse(spec).map(drop),
+        _ => return None,
+    };
+    Some(parsed.map_err(|e| e.message))
+}
+
 /// The log targets of every cloud SDK compiled into this binary (each driver's `QUIET_SDK_TARGETS`, behind its
 /// cargo feature) that print credentials, tokens or user data below `info`. A new driver adds its list here, next
 /// to [`DriverRegistry::register_cloud_drivers`].

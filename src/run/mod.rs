@@ -53,6 +53,10 @@ pub struct RunOptions {
     pub metrics_addr: Option<SocketAddr>,
     /// Where `/healthz` and `/readyz` are served (`None`: nowhere).
     pub health_addr: Option<SocketAddr>,
+    /// Where the admission webhooks are served over HTTPS (`None`: nowhere; `--webhook-port 0`).
+    pub webhook_addr: Option<SocketAddr>,
+    /// The directory holding the webhooks' serving certificate (`tls.crt`, `tls.key`).
+    pub webhook_cert_dir: PathBuf,
     /// The served in-memory cloud to use for `InMemory` classes (see `mcm dev`), if any.
     pub inmemory_cloud_url: Option<String>,
     /// Driver calls per second per provider (0: no limit) and their burst.
@@ -145,6 +149,9 @@ pub enum RunError {
     /// The endpoints could not be served.
     #[error(transparent)]
     Serve(#[from] telemetry::ServeError),
+    /// The admission webhooks could not be served.
+    #[error(transparent)]
+    Webhooks(#[from] crate::webhooks::WebhookError),
 }
 
 pub(crate) async fn load_config(which: &'static str, path: Option<&PathBuf>) -> Result<kube::Config, RunError> {
@@ -211,6 +218,34 @@ fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
     crate::providers::limit::rate_limited(&metered, limit.qps, limit.burst)
 }
 
+/// The admission webhook server on `--webhook-port` with the certificate in `--webhook-cert-dir`. A directory
+/// without `tls.crt` is not an error (the MCM flavour installs no webhooks): the server is left out with a
+/// warning; an unusable certificate or a taken port is.
+async fn serve_webhooks(
+    options: &RunOptions,
+    progress: &impl Fn(&str),
+) -> Result<Option<crate::webhooks::WebhookServer>, RunError> {
+    use crate::webhooks::{Certificates, WebhookError, WebhookServer};
+    let Some(addr) = options.webhook_addr else { return Ok(None) };
+    let dir = options.webhook_cert_dir.clone();
+    match WebhookServer::start(addr, Certificates::Dir(dir.clone())).await {
+        Ok(server) => {
+            progress(&format!("serving admission webhooks on https://{}", server.addr()));
+            Ok(Some(server))
+        }
+        Err(WebhookError::Read { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            let line = format!(
+                "admission webhooks not served: no tls.crt and tls.key in {} (--webhook-port=0 turns them off)",
+                dir.display()
+            );
+            tracing::warn!("{line}");
+            progress(&line);
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Runs `mcm run` until `shutdown` resolves; `progress` hears one line per milestone (the binary prints them).
 pub async fn run(
     options: RunOptions,
@@ -229,6 +264,8 @@ pub async fn run(
     if let Some(addr) = health_at {
         progress(&format!("serving health probes on http://{addr}/healthz and /readyz"));
     }
+    // Every replica serves the webhooks, leading or not (as controller-runtime's managers do).
+    let webhooks = serve_webhooks(&options, &progress).await?;
 
     // The object gauges watch machine.sapcloud.io kinds, which an infrastructure-only install does not have.
     let (mut caches, watches) = if options.mcm_flavour() {
@@ -325,6 +362,7 @@ pub async fn run(
     for task in watches.into_iter().chain(servers) {
         task.abort();
     }
+    drop(webhooks);
     progress("stopped");
     Ok(())
 }
@@ -342,6 +380,8 @@ mod tests {
             leader: None,
             metrics_addr: None,
             health_addr: None,
+            webhook_addr: None,
+            webhook_cert_dir: PathBuf::new(),
             // Nothing listens on port 1: each call fails at once, after taking its token.
             inmemory_cloud_url: Some("http://127.0.0.1:1".to_string()),
             cloud_rate_limit,

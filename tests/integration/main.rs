@@ -30,3 +30,4 @@ mod scenarios;
 mod sets;
 mod support;
 mod upstream;
+mod webhooks;

@@ -24,7 +24,14 @@ const COMPONENT_VARIABLES: &[(&str, Option<&str>)] = &[
 ];
 
 /// Kinds that are not namespaced among what the components contain.
-const CLUSTER_SCOPED: &[&str] = &["Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"];
+const CLUSTER_SCOPED: &[&str] = &[
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+];
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -395,6 +402,12 @@ async fn the_components_apply_to_an_api_server() {
     let values: BTreeMap<&str, &str> =
         [("AWS_B64ENCODED_ACCESS_KEY_ID", "QUtJQUVYQU1QTEU="), ("MCM_LOG_LEVEL", "debug")].into();
     let components = substitute(&kustomize_default(), &values);
+    // cert-manager's API first, as clusterctl installs cert-manager before any provider.
+    let cert_manager =
+        std::process::Command::new("bash").arg(root().join("hack/cert-manager-api.sh")).output().unwrap();
+    assert!(cert_manager.status.success());
+    let cert_manager = kubectl.file("cert-manager.yaml", &String::from_utf8(cert_manager.stdout).unwrap());
+    kubectl.run(&["apply", "-f", cert_manager.to_str().unwrap()]).await;
     let path = kubectl.file("components.yaml", &components);
     kubectl.run(&["apply", "-f", path.to_str().unwrap()]).await;
     // Applying again changes nothing and fails nothing.
@@ -420,6 +433,14 @@ async fn the_components_apply_to_an_api_server() {
     assert_eq!(secret.trim(), "QUtJQUVYQU1QTEU=");
     let roles = kubectl.run(&["get", "clusterrole", "mcm-manager-role", "-o", "name"]).await;
     assert_eq!(roles.trim(), "clusterrole.rbac.authorization.k8s.io/mcm-manager-role");
+    let hooks =
+        kubectl.run(&["get", "validatingwebhookconfigurations,mutatingwebhookconfigurations", "-o", "name"]).await;
+    assert!(
+        hooks.contains(
+            "validatingwebhookconfiguration.admissionregistration.k8s.io/mcm-validating-webhook-configuration"
+        ),
+        "{hooks}"
+    );
     // An MCMClusterTemplate keeps `spec.template.metadata` (CAPI's InfraClusterTemplate contract): not pruned.
     let template = serde_json::json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "MCMClusterTemplate",
@@ -434,6 +455,56 @@ async fn the_components_apply_to_an_api_server() {
     let stored: Value = serde_json::from_str(&stored).unwrap();
     assert_eq!(stored["spec"]["template"]["metadata"], template["spec"]["template"]["metadata"], "{stored}");
     server.shutdown().await;
+}
+
+/// The webhooks are wired as the kubebuilder scaffold CAPI providers use wires them: the configurations call the
+/// Service, the Service reaches the manager's webhook port, cert-manager's Certificate names the Service and is
+/// injected into the configurations, and its Secret is mounted where `--webhook-cert-dir` points.
+#[test]
+fn the_webhooks_are_wired_to_the_manager_and_cert_manager() {
+    let docs = documents(&kustomize_default());
+    let find = |kind: &str| -> Vec<&Value> { docs.iter().filter(|d| d["kind"] == kind).collect() };
+    let service = find("Service");
+    assert_eq!(service.len(), 1);
+    let service = service[0];
+    let (service_name, ns) = (service["metadata"]["name"].as_str().unwrap(), "mcm-system");
+    let certificate = find("Certificate");
+    let certificate = certificate[0];
+    let cert_name = certificate["metadata"]["name"].as_str().unwrap();
+    assert_eq!(certificate["spec"]["dnsNames"][0], format!("{service_name}.{ns}.svc"));
+    let issuer = find("Issuer");
+    assert_eq!(certificate["spec"]["issuerRef"]["name"], issuer[0]["metadata"]["name"]);
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let configuration = find(kind)[0];
+        assert_eq!(
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{ns}/{cert_name}"),
+            "{kind}"
+        );
+        for webhook in configuration["webhooks"].as_array().unwrap() {
+            assert_eq!(webhook["clientConfig"]["service"]["name"], service_name);
+            assert_eq!(webhook["clientConfig"]["service"]["namespace"], ns);
+        }
+    }
+    let pod = &find("Deployment")[0]["spec"]["template"]["spec"];
+    let manager = &pod["containers"][0];
+    let args: Vec<&str> = manager["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let port = manager["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == service["spec"]["ports"][0]["targetPort"])
+        .expect("the Service's targetPort");
+    assert!(args.contains(&format!("--webhook-port={}", port["containerPort"]).as_str()), "{args:?}");
+    let dir = args.iter().find_map(|a| a.strip_prefix("--webhook-cert-dir=")).expect("--webhook-cert-dir");
+    let mount = manager["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == dir)
+        .expect("the cert dir is mounted");
+    let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == mount["name"]).unwrap();
+    assert_eq!(volume["secret"]["secretName"], certificate["spec"]["secretName"]);
 }
 
 /// The manager Deployment's `--controllers` runs the infrastructure controllers and nothing else: config/rbac

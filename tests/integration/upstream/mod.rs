@@ -127,6 +127,8 @@ pub struct Management {
     infra: Option<McmRun>,
     /// Extra flags for our manager (set before `init`).
     pub infra_flags: Vec<String>,
+    /// `--webhook-port` and `--webhook-cert-dir` of our manager, once cert-manager's part is played.
+    infra_webhook: Vec<String>,
 }
 
 /// The namespace the tests' clusters live in.
@@ -140,8 +142,17 @@ impl Management {
         let dir = TempDir::new(&format!("mcm-upstream-{name}"));
         let kubeconfig = dir.0.join("kubeconfig");
         server.write_kubeconfig(&kubeconfig).unwrap();
-        let management =
-            Management { server, client, kubeconfig, dir, tools, core: None, infra: None, infra_flags: Vec::new() };
+        let management = Management {
+            server,
+            client,
+            kubeconfig,
+            dir,
+            tools,
+            core: None,
+            infra: None,
+            infra_flags: Vec::new(),
+            infra_webhook: Vec::new(),
+        };
         management.write_clusterctl_config().await;
         management
     }
@@ -185,8 +196,9 @@ impl Management {
     /// certificate (the EndpointSlice of its webhook Service points at it), and our manager.
     pub async fn init(&mut self, cloud_url: &str) -> String {
         let printed = self.install(&["--core", &self.core(), "--infrastructure", "mcm"]).await;
-        self.play_cert_manager_and_start_core().await;
+        let infra_webhook_port = self.play_cert_manager_and_start_core().await;
         self.start_infra(cloud_url);
+        wait_for_port(infra_webhook_port).await;
         printed
     }
 
@@ -216,11 +228,14 @@ impl Management {
     }
 
     /// What cert-manager, its CA injector and the kubelet running core's Pod would do.
-    async fn play_cert_manager_and_start_core(&mut self) {
+    /// Returns the port our manager's webhooks are to be served on.
+    async fn play_cert_manager_and_start_core(&mut self) -> u16 {
         let webhook_port = free_port();
         let certs = self.dir.0.join("core-webhook-certs");
         std::fs::create_dir_all(&certs).unwrap();
-        let (ca_pem, cert_pem, key_pem) = serving_certificate(&["capi-webhook-service.capi-system.svc"]);
+        // One certificate for both providers' webhook Services (cert-manager would issue one each).
+        let (ca_pem, cert_pem, key_pem) =
+            serving_certificate(&["capi-webhook-service.capi-system.svc", "mcm-webhook-service.mcm-system.svc"]);
         std::fs::write(certs.join("tls.crt"), &cert_pem).unwrap();
         std::fs::write(certs.join("tls.key"), &key_pem).unwrap();
         // cert-manager: the Secret its Certificate names.
@@ -237,6 +252,11 @@ impl Management {
         self.inject_ca_bundle(&bundle).await;
         // The kubelet and the EndpointSlice controller: core's manager serving its webhook on loopback.
         self.endpoints_for("capi-system", "capi-webhook-service", webhook_port).await;
+        // Ours: `mcm run --webhook-port` (start_infra) with the same certificate directory.
+        let infra_webhook_port = free_port();
+        self.endpoints_for("mcm-system", "mcm-webhook-service", infra_webhook_port).await;
+        self.infra_webhook =
+            vec![format!("--webhook-port={infra_webhook_port}"), format!("--webhook-cert-dir={}", certs.display())];
         let log = std::fs::File::create(self.dir.0.join("capi-manager.log")).unwrap();
         let core = Command::new(self.tools.path("capi-manager"))
             .env("KUBECONFIG", &self.kubeconfig)
@@ -254,6 +274,7 @@ impl Management {
             .expect("capi-manager starts");
         self.core = Some(core);
         wait_for_port(webhook_port).await;
+        infra_webhook_port
     }
 
     /// Sets `caBundle` where cert-manager's CA injector would: webhook configurations and conversion webhooks of
@@ -327,6 +348,7 @@ impl Management {
     /// Our manager, as the installed Deployment runs it (config/manager/manager.yaml), on the in-memory cloud.
     fn start_infra(&mut self, cloud_url: &str) {
         let mut flags = vec!["--controllers=infrastructure", "--target-kubeconfig=none", "--leader-elect=false"];
+        flags.extend(self.infra_webhook.iter().map(String::as_str));
         flags.extend(self.infra_flags.iter().map(String::as_str));
         self.infra = Some(McmRun::spawn_in(NS, "mcm-infrastructure", &self.kubeconfig, cloud_url, &self.dir.0, &flags));
     }
