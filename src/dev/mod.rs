@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams};
 use std::sync::Arc;
 
 use crate::api::crds;
-use crate::apiserver::{ApiServer, ServerConfig};
+use crate::apiserver::{ApiServer, BearerToken, CertificateAuthority, ServerConfig};
 use crate::controllers::{Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
@@ -30,6 +30,8 @@ pub struct DevOptions {
     pub kubeconfig_out: PathBuf,
     /// Keep the API server's state here across restarts.
     pub data_dir: Option<PathBuf>,
+    /// Serve plain HTTP instead of TLS (the bearer token is still required); refused unless `listen` is loopback.
+    pub insecure_http: bool,
     /// Run only the API server (no CRDs, no controllers, no sample).
     pub apiserver_only: bool,
     /// Run the controllers (`--no-controllers` leaves them to an `mcm run` process sharing the in-memory cloud).
@@ -52,6 +54,7 @@ impl Default for DevOptions {
             listen: None,
             kubeconfig_out: PathBuf::from(".mcm/kubeconfig"),
             data_dir: None,
+            insecure_http: false,
             apiserver_only: false,
             run_controllers: true,
             sample: true,
@@ -111,6 +114,12 @@ pub enum DevError {
     /// The API server did not start.
     #[error(transparent)]
     Start(#[from] crate::apiserver::StartError),
+    /// The bearer token kept in the data directory could not be read or written.
+    #[error(transparent)]
+    Token(#[from] crate::apiserver::TokenError),
+    /// The CA kept in the data directory could not be read or written.
+    #[error(transparent)]
+    Ca(#[from] crate::apiserver::TlsError),
     /// The kubeconfig or client could not be made.
     #[error(transparent)]
     Client(#[from] crate::apiserver::ClientError),
@@ -146,6 +155,16 @@ fn choose_listen(asked: Option<SocketAddr>) -> Result<SocketAddr, DevError> {
         .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
         .find(|addr| std::net::TcpListener::bind(addr).is_ok())
         .ok_or(DevError::NoFreePort)
+}
+
+/// The embedded server's token and CA: fresh ones, or with a data directory the ones kept there (`token`,
+/// `pki/ca.crt`, `pki/ca.key`, owner-only), so that a restarted `mcm dev` still accepts the kubeconfigs it wrote
+/// before (an `mcm run` started against it keeps working).
+fn server_credentials(options: &DevOptions) -> Result<ServerConfig, DevError> {
+    let Some(dir) = &options.data_dir else { return Ok(ServerConfig::default()) };
+    let token = BearerToken::load_or_create(&dir.join("token"))?;
+    let ca = if options.insecure_http { None } else { Some(CertificateAuthority::load_or_create(&dir.join("pki"))?) };
+    Ok(ServerConfig { token, ca, ..ServerConfig::default() })
 }
 
 /// Installs (or updates) every CRD this project ships, with server-side apply.
@@ -210,8 +229,20 @@ impl DevEnvironment {
             }
             None => {
                 let listen = choose_listen(options.listen)?;
-                progress(&format!("starting the embedded API server on {listen}"));
-                let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
+                if options.insecure_http {
+                    progress(&format!(
+                        "starting the embedded API server on {listen} with plain HTTP (--insecure-http): the bearer \
+                         token is still required, but nothing is encrypted"
+                    ));
+                } else {
+                    progress(&format!("starting the embedded API server on {listen} (TLS, bearer token)"));
+                }
+                let config = ServerConfig {
+                    listen,
+                    data_dir: options.data_dir.clone(),
+                    insecure_http: options.insecure_http,
+                    ..server_credentials(options)?
+                };
                 ControlPlane::Embedded(ApiServer::start(config).await?)
             }
         };
@@ -352,6 +383,7 @@ pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output 
     let environment = DevEnvironment::start(&options, |line| println!("mcm dev: {line}")).await?;
     let kubeconfig = std::fs::canonicalize(&options.kubeconfig_out).unwrap_or_else(|_| options.kubeconfig_out.clone());
     println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), environment.server.url());
+    println!("  the kubeconfig holds the API server's CA and bearer token (readable by you only): keep it private");
     let k = format!("kubectl --kubeconfig {}", kubeconfig.display());
     println!("  try: {k} get crds");
     if !options.apiserver_only {
