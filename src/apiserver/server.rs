@@ -105,6 +105,16 @@ fn seed_namespaces(store: &mut Store) {
     }
 }
 
+impl ServerConfig {
+    /// Refuses what must not be served: plain HTTP on an address other hosts can reach.
+    pub fn validate(&self) -> Result<(), StartError> {
+        if self.insecure_http && !self.listen.ip().is_loopback() {
+            return Err(StartError::InsecureHttpNotLoopback { addr: self.listen });
+        }
+        Ok(())
+    }
+}
+
 impl ApiServer {
     /// Starts a server with the default namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`),
     /// or with the state saved in `config.data_dir`.
@@ -118,9 +128,7 @@ impl ApiServer {
 
     /// Starts a server over an existing store (restored from disk, for example).
     pub async fn start_with(config: ServerConfig, mut store: Store) -> Result<Self, StartError> {
-        if config.insecure_http && !config.listen.ip().is_loopback() {
-            return Err(StartError::InsecureHttpNotLoopback { addr: config.listen });
-        }
+        config.validate()?;
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         store.set_history_limit(config.history_limit);
         if store.count(&GroupResource::new("", "namespaces")) == 0 {

@@ -157,14 +157,16 @@ fn choose_listen(asked: Option<SocketAddr>) -> Result<SocketAddr, DevError> {
         .ok_or(DevError::NoFreePort)
 }
 
-/// The embedded server's token and CA: fresh ones, or with a data directory the ones kept there (`token`,
-/// `pki/ca.crt`, `pki/ca.key`, owner-only), so that a restarted `mcm dev` still accepts the kubeconfigs it wrote
-/// before (an `mcm run` started against it keeps working).
-fn server_credentials(options: &DevOptions) -> Result<ServerConfig, DevError> {
-    let Some(dir) = &options.data_dir else { return Ok(ServerConfig::default()) };
-    let token = BearerToken::load_or_create(&dir.join("token"))?;
-    let ca = if options.insecure_http { None } else { Some(CertificateAuthority::load_or_create(&dir.join("pki"))?) };
-    Ok(ServerConfig { token, ca, ..ServerConfig::default() })
+/// With a data directory, the embedded server's token and CA are the ones kept there (`token`, `pki/ca.crt`,
+/// `pki/ca.key`, owner-only; made on the first run), so that a restarted `mcm dev` still accepts the kubeconfigs it
+/// wrote before (an `mcm run` started against it keeps working). Without one, every run has fresh ones.
+fn keep_credentials(config: &mut ServerConfig) -> Result<(), DevError> {
+    let Some(dir) = &config.data_dir else { return Ok(()) };
+    config.token = BearerToken::load_or_create(&dir.join("token"))?;
+    if !config.insecure_http {
+        config.ca = Some(CertificateAuthority::load_or_create(&dir.join("pki"))?);
+    }
+    Ok(())
 }
 
 /// Installs (or updates) every CRD this project ships, with server-side apply.
@@ -237,12 +239,15 @@ impl DevEnvironment {
                 } else {
                     progress(&format!("starting the embedded API server on {listen} (TLS, bearer token)"));
                 }
-                let config = ServerConfig {
+                let mut config = ServerConfig {
                     listen,
                     data_dir: options.data_dir.clone(),
                     insecure_http: options.insecure_http,
-                    ..server_credentials(options)?
+                    ..ServerConfig::default()
                 };
+                // Refused before anything is written to the data directory.
+                config.validate()?;
+                keep_credentials(&mut config)?;
                 ControlPlane::Embedded(ApiServer::start(config).await?)
             }
         };

@@ -229,6 +229,8 @@ fn mcm_dev_refuses_insecure_http_on_an_address_others_can_reach() {
         let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
             .args(["dev", "--apiserver-only", "--insecure-http", "--listen", listen, "--kubeconfig-out"])
             .arg(dir.0.join("kubeconfig"))
+            .arg("--data-dir")
+            .arg(dir.0.join("data"))
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -236,6 +238,7 @@ fn mcm_dev_refuses_insecure_http_on_an_address_others_can_reach() {
         assert_eq!(output.status.code(), Some(2), "{listen}: {stderr}");
         assert!(stderr.contains("refusing to serve plain HTTP on") && stderr.contains("loopback"), "{stderr}");
         assert!(!dir.0.join("kubeconfig").exists(), "nothing is written when refused");
+        assert!(!dir.0.join("data").exists(), "nothing is written when refused");
     }
 }
 
