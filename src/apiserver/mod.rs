@@ -5,6 +5,7 @@
 //! one process. What it does not do (compared with kube-apiserver) is listed in `docs/apiserver.md`.
 
 mod admission;
+mod auth;
 mod context;
 mod convert;
 mod discovery;
@@ -33,5 +34,7 @@ pub mod tls;
 mod watch;
 mod webhook;
 
+pub use auth::{BearerToken, TokenError};
 pub use server::{ApiServer, ClientError, StartError, write_private_file};
 pub use state::{ServerConfig, Shared};
+pub use tls::{CertificateAuthority, TlsError};

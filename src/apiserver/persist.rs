@@ -115,7 +115,8 @@ pub fn save(dir: &Path, rv: u64, objects: &[(GroupResource, Arc<Value>)]) -> Res
     std::fs::create_dir_all(dir).map_err(io("create", dir))?;
     let path = state_file(dir);
     let tmp = dir.join(format!("{FILE}.tmp"));
-    let file = std::fs::File::create(&tmp).map_err(io("write", &tmp))?;
+    // Secrets are among the objects: the file is the owner's only.
+    let file = private_file(&tmp).map_err(io("write", &tmp))?;
     let mut out = BufWriter::new(file);
     let snapshot = SnapshotOut {
         format: 1,
@@ -134,6 +135,36 @@ pub fn save(dir: &Path, rv: u64, objects: &[(GroupResource, Arc<Value>)]) -> Res
     out.get_ref().sync_all().map_err(io("sync", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(io("replace", &path))?;
     Ok(())
+}
+
+/// Creates (or truncates) `path` readable and writable by the owner only, before anything is written to it.
+fn private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let file = options.open(path)?;
+    // A file that existed keeps its mode on open: narrow it before writing.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok(file)
+}
+
+/// Writes `bytes` (credentials: a kubeconfig, a token, a key) to `path`, creating parent directories, readable by
+/// the owner only.
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = private_file(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// Takes what a snapshot needs under the lock (cheap: reference counts), to serialise outside it.

@@ -1,11 +1,11 @@
-//! The HTTP side: listener (plain or TLS), bearer-token check, routing to discovery, OpenAPI and the resource
+//! The HTTP side: listener (TLS, or plain HTTP on loopback when asked), the bearer-token check, routing to discovery, OpenAPI and the resource
 //! handlers, saving state to disk, and what a started server hands back (its URL, a kubeconfig, a
 //! `kube::Client`).
 //!
 //! The top of the module graph: it imports the request-serving modules, and none of them imports it (the state
 //! they share is `state`'s).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use super::auth::{self, Caller};
 use super::error::ApiError;
 use super::faults::{Faults, RequestInfo, Verb};
 use super::request::{Target, parse_path, parse_query};
@@ -45,6 +46,15 @@ pub enum StartError {
     /// Certificates could not be made.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// Plain HTTP was asked for on an address other hosts can reach.
+    #[error(
+        "refusing to serve plain HTTP on {addr}: the bearer token and every object (Secrets included) would cross the \
+         network unencrypted; listen on a loopback address (127.0.0.1 or ::1) or drop --insecure-http"
+    )]
+    InsecureHttpNotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
     /// The TLS configuration was refused.
     #[error("could not configure TLS: {0}")]
     Rustls(#[from] rustls::Error),
@@ -95,6 +105,16 @@ fn seed_namespaces(store: &mut Store) {
     }
 }
 
+impl ServerConfig {
+    /// Refuses what must not be served: plain HTTP on an address other hosts can reach.
+    pub fn validate(&self) -> Result<(), StartError> {
+        if self.insecure_http && !self.listen.ip().is_loopback() {
+            return Err(StartError::InsecureHttpNotLoopback { addr: self.listen });
+        }
+        Ok(())
+    }
+}
+
 impl ApiServer {
     /// Starts a server with the default namespaces (`default`, `kube-system`, `kube-public`, `kube-node-lease`),
     /// or with the state saved in `config.data_dir`.
@@ -108,34 +128,28 @@ impl ApiServer {
 
     /// Starts a server over an existing store (restored from disk, for example).
     pub async fn start_with(config: ServerConfig, mut store: Store) -> Result<Self, StartError> {
+        config.validate()?;
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         store.set_history_limit(config.history_limit);
         if store.count(&GroupResource::new("", "namespaces")) == 0 {
             seed_namespaces(&mut store);
         }
+        let tls = if config.insecure_http {
+            None
+        } else {
+            let ca = match &config.ca {
+                Some(ca) => ca.clone(),
+                None => tls::CertificateAuthority::generate()?,
+            };
+            Some((tls_acceptor(&ca, config.listen)?, ca))
+        };
         let listener = TcpListener::bind(config.listen)
             .await
             .map_err(|source| StartError::Bind { addr: config.listen, source })?;
         let addr = listener.local_addr().map_err(|source| StartError::Bind { addr: config.listen, source })?;
-        let (tls_acceptor, ca_pem) = if config.tls {
-            let cert = tls::generate()?;
-            let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
-                rustls::pki_types::pem::PemObject::pem_slice_iter(cert.chain_pem.as_bytes())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| rustls::Error::General(format!("certificate PEM: {e}")))?;
-            let key = <rustls::pki_types::PrivateKeyDer<'static> as rustls::pki_types::pem::PemObject>::from_pem_slice(
-                cert.key_pem.as_bytes(),
-            )
-            .map_err(|e| rustls::Error::General(format!("key PEM: {e}")))?;
-            let mut server_config =
-                rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key)?;
-            server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            (Some(tokio_rustls::TlsAcceptor::from(Arc::new(server_config))), Some(cert.ca_pem))
-        } else {
-            (None, None)
-        };
-        let scheme = if config.tls { "https" } else { "http" };
-        let url = format!("{scheme}://{addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", client_address(addr));
+        let (tls_acceptor, ca_pem) = tls.map(|(acceptor, ca)| (acceptor, ca.cert_pem().to_string())).unzip();
         let shared = Arc::new(Shared::new(config, store, addr.to_string()));
         let router = axum::Router::new().fallback(handle).with_state(shared.clone());
         let (shutdown, shutdown_rx) = watch::channel(false);
@@ -151,7 +165,7 @@ impl ApiServer {
         Ok(ApiServer { shared, addr, url, ca_pem, shutdown, task })
     }
 
-    /// The base URL, e.g. `http://127.0.0.1:40123`.
+    /// The base URL, e.g. `https://127.0.0.1:40123`.
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -176,26 +190,23 @@ impl ApiServer {
         self.shared.close_watches.send_modify(|n| *n += 1);
     }
 
-    /// A kubeconfig (YAML) for this server, with context `mcm-dev`.
+    /// A kubeconfig (YAML) for this server, with context `mcm-dev`: the server's URL, the CA that signed its
+    /// certificate and the bearer token. Credentials: never log it.
     pub fn kubeconfig_yaml(&self) -> String {
         let ca = self.ca_pem.as_ref().map(|pem| {
             format!("    certificate-authority-data: {}\n", base64::engine::general_purpose::STANDARD.encode(pem))
         });
-        let user = match &self.shared.config.token {
-            Some(token) => format!("    token: {token}\n"),
-            None => "    {}\n".to_string(),
-        };
-        let user = if self.shared.config.token.is_some() { user } else { String::from("    {}\n") };
-        let user_block = if self.shared.config.token.is_some() {
-            format!("- name: mcm-dev\n  user:\n{user}")
-        } else {
-            "- name: mcm-dev\n  user: {}\n".to_string()
-        };
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: mcm-dev\n  cluster:\n    server: {}\n{}contexts:\n- name: mcm-dev\n  context:\n    cluster: mcm-dev\n    user: mcm-dev\n    namespace: default\ncurrent-context: mcm-dev\nusers:\n{user_block}preferences: {{}}\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: mcm-dev\n  cluster:\n    server: {}\n{}contexts:\n- name: mcm-dev\n  context:\n    cluster: mcm-dev\n    user: mcm-dev\n    namespace: default\ncurrent-context: mcm-dev\nusers:\n- name: mcm-dev\n  user:\n    token: \"{}\"\npreferences: {{}}\n",
             self.url,
             ca.unwrap_or_default(),
+            self.shared.config.token.expose(),
         )
+    }
+
+    /// The CA certificate (PEM) clients trust; `None` when serving plain HTTP.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// Writes the kubeconfig to `path` (creating parent directories), readable by the owner only.
@@ -225,17 +236,34 @@ impl ApiServer {
 
 /// Writes `text` (a kubeconfig: credentials) to `path`, creating parent directories, readable by the owner only.
 pub fn write_private_file(path: &Path, text: &str) -> Result<(), ClientError> {
-    let write_err = |source| ClientError::Write { path: path.display().to_string(), source };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(write_err)?;
+    super::persist::write_private(path, text.as_bytes())
+        .map_err(|source| ClientError::Write { path: path.display().to_string(), source })
+}
+
+/// Where a client of this process reaches a server bound to `addr`: the address itself, or loopback when it is
+/// unspecified (`0.0.0.0`, `::`), which is no address to connect to nor a name in the certificate.
+fn client_address(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port())),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::from((Ipv6Addr::LOCALHOST, addr.port())),
+        _ => addr,
     }
-    std::fs::write(path, text).map_err(write_err)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(write_err)?;
-    }
-    Ok(())
+}
+
+/// The TLS side of the listener: a serving certificate from `ca` for the listen address.
+fn tls_acceptor(ca: &tls::CertificateAuthority, listen: SocketAddr) -> Result<tokio_rustls::TlsAcceptor, StartError> {
+    let cert = ca.serving_certificate(listen.ip())?;
+    let chain: Vec<rustls::pki_types::CertificateDer<'static>> =
+        rustls::pki_types::pem::PemObject::pem_slice_iter(cert.chain_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| rustls::Error::General(format!("certificate PEM: {e}")))?;
+    let key = <rustls::pki_types::PrivateKeyDer<'static> as rustls::pki_types::pem::PemObject>::from_pem_slice(
+        cert.key_pem.as_bytes(),
+    )
+    .map_err(|e| rustls::Error::General(format!("key PEM: {e}")))?;
+    let mut server_config = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(chain, key)?;
+    server_config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server_config)))
 }
 
 /// Saves the store when it changed, at most every half second, and once more at shutdown.
@@ -304,18 +332,13 @@ async fn serve(
     }
 }
 
-fn authorized(shared: &Shared, request: &Request) -> bool {
-    let Some(token) = &shared.config.token else { return true };
-    request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| given.trim() == token)
-}
-
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    if !authorized(&shared, &request) {
+    let allowed = match auth::authenticate(&shared.config.token, request.headers()) {
+        Caller::Authenticated => true,
+        Caller::Anonymous => request.method() == axum::http::Method::GET && auth::public_path(request.uri().path()),
+        Caller::Rejected => false,
+    };
+    if !allowed {
         return ApiError::unauthorized().into_response();
     }
     let (parts, body) = request.into_parts();

@@ -12,8 +12,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::auth::BearerToken;
 use super::faults::Faults;
 use super::store::{SharedStore, Store};
+use super::tls::CertificateAuthority;
 use super::{openapi, webhook};
 
 /// How a server is started.
@@ -21,10 +23,14 @@ use super::{openapi, webhook};
 pub struct ServerConfig {
     /// Where to listen; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Serve HTTPS with a freshly generated certificate instead of plain HTTP.
-    pub tls: bool,
-    /// When set, every request must carry `Authorization: Bearer <token>` (401 otherwise).
-    pub token: Option<String>,
+    /// Serve plain HTTP instead of HTTPS. Refused unless `listen` is a loopback address: the token would cross the
+    /// network in the clear.
+    pub insecure_http: bool,
+    /// Every request must carry `Authorization: Bearer <token>` (401 otherwise), except anonymous reads of
+    /// `/healthz`, `/livez`, `/readyz` and `/version`. A fresh one by default; the kubeconfig carries it.
+    pub token: BearerToken,
+    /// The CA that signs the serving certificate; `None` makes a fresh one at start.
+    pub ca: Option<CertificateAuthority>,
     /// Events kept per type for watches that resume; older resourceVersions get 410 Gone.
     pub history_limit: usize,
     /// Largest accepted request body (413 above).
@@ -41,8 +47,9 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            tls: false,
-            token: None,
+            insecure_http: false,
+            token: BearerToken::generate(),
+            ca: None,
             history_limit: 1000,
             max_body_bytes: 3 * 1024 * 1024,
             bookmark_interval: Duration::from_secs(5),

@@ -92,9 +92,14 @@ struct DevArgs {
     /// Where to write the kubeconfig.
     #[arg(long, value_name = "PATH", default_value = ".mcm/kubeconfig")]
     kubeconfig_out: PathBuf,
-    /// Keep the API server's objects in this directory across restarts (in memory otherwise).
+    /// Keep the API server's objects in this directory across restarts (in memory otherwise), with its bearer token
+    /// and CA, so the kubeconfig stays valid.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Serve plain HTTP instead of TLS (the bearer token is still required). Refused unless --listen is a loopback
+    /// address.
+    #[arg(long)]
+    insecure_http: bool,
     /// Do not create the sample objects (the MCM sample in mcm-sample, the Cluster API sample in capi-sample).
     #[arg(long)]
     no_sample: bool,
@@ -176,6 +181,15 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse_from(args);
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(
+            err @ CliError::Dev(crate::dev::DevError::Start(crate::apiserver::StartError::InsecureHttpNotLoopback {
+                ..
+            })),
+        ) => {
+            // A flag combination refused, like a usage error.
+            eprintln!("mcm: {err}");
+            ExitCode::from(2)
+        }
         Err(CliError::Migrate(err)) => {
             eprintln!("mcm migrate: {err}");
             ExitCode::from(err.exit_code())
@@ -227,6 +241,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 listen: args.listen,
                 kubeconfig_out: args.kubeconfig_out,
                 data_dir: args.data_dir,
+                insecure_http: args.insecure_http,
                 apiserver_only: args.apiserver_only,
                 run_controllers: !args.no_controllers,
                 sample: !args.no_sample,

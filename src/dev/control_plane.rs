@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crate::apiserver::{ApiServer, ClientError};
 
-/// Who a kubeconfig speaks for. On the embedded server all are the same unauthenticated user; on a real cluster
+/// Who a kubeconfig speaks for. On the embedded server all are the same user (the one bearer token); on a real cluster
 /// each is a separate identity whose permissions are the roles this project ships, so a call those roles do not
 /// allow fails.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use kube::api::{Patch, PatchParams};
 use std::sync::Arc;
 
 use crate::api::crds;
-use crate::apiserver::{ApiServer, ServerConfig};
+use crate::apiserver::{ApiServer, BearerToken, CertificateAuthority, ServerConfig};
 use crate::controllers::{Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
@@ -30,6 +30,8 @@ pub struct DevOptions {
     pub kubeconfig_out: PathBuf,
     /// Keep the API server's state here across restarts.
     pub data_dir: Option<PathBuf>,
+    /// Serve plain HTTP instead of TLS (the bearer token is still required); refused unless `listen` is loopback.
+    pub insecure_http: bool,
     /// Run only the API server (no CRDs, no controllers, no sample).
     pub apiserver_only: bool,
     /// Run the controllers (`--no-controllers` leaves them to an `mcm run` process sharing the in-memory cloud).
@@ -56,6 +58,7 @@ impl Default for DevOptions {
             listen: None,
             kubeconfig_out: PathBuf::from(".mcm/kubeconfig"),
             data_dir: None,
+            insecure_http: false,
             apiserver_only: false,
             run_controllers: true,
             sample: true,
@@ -116,6 +119,12 @@ pub enum DevError {
     /// The API server did not start.
     #[error(transparent)]
     Start(#[from] crate::apiserver::StartError),
+    /// The bearer token kept in the data directory could not be read or written.
+    #[error(transparent)]
+    Token(#[from] crate::apiserver::TokenError),
+    /// The CA kept in the data directory could not be read or written.
+    #[error(transparent)]
+    Ca(#[from] crate::apiserver::TlsError),
     /// The kubeconfig or client could not be made.
     #[error(transparent)]
     Client(#[from] crate::apiserver::ClientError),
@@ -154,6 +163,18 @@ fn choose_listen(asked: Option<SocketAddr>) -> Result<SocketAddr, DevError> {
         .map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
         .find(|addr| std::net::TcpListener::bind(addr).is_ok())
         .ok_or(DevError::NoFreePort)
+}
+
+/// With a data directory, the embedded server's token and CA are the ones kept there (`token`, `pki/ca.crt`,
+/// `pki/ca.key`, owner-only; made on the first run), so that a restarted `mcm dev` still accepts the kubeconfigs it
+/// wrote before (an `mcm run` started against it keeps working). Without one, every run has fresh ones.
+fn keep_credentials(config: &mut ServerConfig) -> Result<(), DevError> {
+    let Some(dir) = &config.data_dir else { return Ok(()) };
+    config.token = BearerToken::load_or_create(&dir.join("token"))?;
+    if !config.insecure_http {
+        config.ca = Some(CertificateAuthority::load_or_create(&dir.join("pki"))?);
+    }
+    Ok(())
 }
 
 /// Installs (or updates) every CRD this project ships, with server-side apply.
@@ -257,8 +278,23 @@ impl DevEnvironment {
             }
             None => {
                 let listen = choose_listen(options.listen)?;
-                progress(&format!("starting the embedded API server on {listen}"));
-                let config = ServerConfig { listen, data_dir: options.data_dir.clone(), ..Default::default() };
+                if options.insecure_http {
+                    progress(&format!(
+                        "starting the embedded API server on {listen} with plain HTTP (--insecure-http): the bearer \
+                         token is still required, but nothing is encrypted"
+                    ));
+                } else {
+                    progress(&format!("starting the embedded API server on {listen} (TLS, bearer token)"));
+                }
+                let mut config = ServerConfig {
+                    listen,
+                    data_dir: options.data_dir.clone(),
+                    insecure_http: options.insecure_http,
+                    ..ServerConfig::default()
+                };
+                // Refused before anything is written to the data directory.
+                config.validate()?;
+                keep_credentials(&mut config)?;
                 ControlPlane::Embedded(ApiServer::start(config).await?)
             }
         };
@@ -407,6 +443,7 @@ pub async fn run(options: DevOptions, shutdown: impl std::future::Future<Output 
     let environment = DevEnvironment::start(&options, |line| println!("mcm dev: {line}")).await?;
     let kubeconfig = std::fs::canonicalize(&options.kubeconfig_out).unwrap_or_else(|_| options.kubeconfig_out.clone());
     println!("mcm dev ready: kubeconfig {} (API server {})", kubeconfig.display(), environment.server.url());
+    println!("  the kubeconfig holds the API server's CA and bearer token (readable by you only): keep it private");
     let k = format!("kubectl --kubeconfig {}", kubeconfig.display());
     println!("  try: {k} get crds");
     if !options.apiserver_only {

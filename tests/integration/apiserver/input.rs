@@ -165,20 +165,45 @@ async fn custom_resources_are_validated_and_pruned_against_their_schema() {
 }
 
 #[tokio::test]
-async fn tls_and_a_bearer_token() {
-    let config = ServerConfig { tls: true, token: Some("s3cret".into()), ..Default::default() };
-    let (server, client) = start_with(config).await;
-    assert!(server.url().starts_with("https://127.0.0.1:"));
-    let api: Api<ConfigMap> = Api::namespaced(client, "default");
+async fn tls_and_a_bearer_token_by_default() {
+    let (server, client) = start().await;
+    assert!(server.url().starts_with("https://127.0.0.1:"), "{}", server.url());
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "over-tls"}})).unwrap())
         .await
         .unwrap();
-    assert!(server.kubeconfig_yaml().contains("certificate-authority-data"));
+    let kubeconfig = server.kubeconfig_yaml();
+    assert!(kubeconfig.contains("certificate-authority-data") && kubeconfig.contains("    token: "), "{kubeconfig}");
 
-    // Without the token: 401.
-    let mut config = kube::Config::new(server.url().parse().unwrap());
-    config.accept_invalid_certs = true;
-    let anonymous = kube::Client::try_from(config).unwrap();
-    let err = Api::<ConfigMap>::namespaced(anonymous, "default").get("over-tls").await.unwrap_err();
+    // The same CA, no token: the public paths answer, everything else is kube-apiserver's 401.
+    let mut config = server.kube_config().await.unwrap();
+    config.auth_info.token = None;
+    let anonymous = kube::Client::try_from(config.clone()).unwrap();
+    let unauthorized = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                              "message": "Unauthorized", "reason": "Unauthorized", "code": 401});
+    for path in
+        ["/api/v1/namespaces/default/configmaps/over-tls", "/api/v1/secrets", "/apis", "/metrics", "/openapi/v2"]
+    {
+        assert_eq!(
+            raw(&anonymous, "GET", path, "application/json", Vec::new()).await,
+            (401, unauthorized.clone()),
+            "{path}"
+        );
+    }
+    for path in ["/healthz", "/livez", "/readyz", "/version"] {
+        let request = http::Request::builder().uri(path).body(kube::client::Body::empty()).unwrap();
+        assert_eq!(anonymous.send(request).await.unwrap().status(), 200, "{path}");
+    }
+    // A wrong token is refused everywhere, the public paths too (no fallback to anonymous).
+    config.auth_info.token = Some(format!("{}x", server.shared().config.token.expose()).into());
+    let wrong = kube::Client::try_from(config).unwrap();
+    for path in ["/api/v1/namespaces/default/configmaps/over-tls", "/healthz"] {
+        assert_eq!(
+            raw(&wrong, "GET", path, "application/json", Vec::new()).await,
+            (401, unauthorized.clone()),
+            "{path}"
+        );
+    }
+    let err = Api::<ConfigMap>::namespaced(wrong, "default").get("over-tls").await.unwrap_err();
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 401), "{err}");
 }
