@@ -24,7 +24,7 @@ impl std::fmt::Debug for CertificateAuthority {
 }
 
 /// PEM-encoded serving certificate chain and its private key.
-pub(crate) struct ServingCertificate {
+pub struct ServingCertificate {
     /// The serving certificate chain (leaf then CA), PEM.
     pub chain_pem: String,
     /// The serving certificate's private key, PEM.
@@ -127,7 +127,7 @@ impl CertificateAuthority {
 
     /// A serving certificate for `localhost`, `127.0.0.1`, `::1` and `listen_ip` (unless it is unspecified, e.g.
     /// `0.0.0.0`), signed by this CA.
-    pub(crate) fn serving_certificate(&self, listen_ip: IpAddr) -> Result<ServingCertificate, TlsError> {
+    pub fn serving_certificate(&self, listen_ip: IpAddr) -> Result<ServingCertificate, TlsError> {
         let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
         if !listen_ip.is_unspecified() && !listen_ip.is_loopback() {
             names.push(listen_ip.to_string());

@@ -6,14 +6,13 @@ mod control_plane;
 
 pub use control_plane::{ControlPlane, ExternalCluster, Identity};
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-
-use std::sync::Arc;
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, BearerToken, CertificateAuthority, ServerConfig};
@@ -217,11 +216,13 @@ async fn webhooks(client: &kube::Client, on: bool) -> Result<Option<crate::webho
         }
         return Ok(None);
     }
-    let cert = crate::apiserver::tls::generate().map_err(|e| fail(&e))?;
+    // A CA of their own: the webhooks' CA bundle trusts nothing else.
+    let ca = CertificateAuthority::generate().map_err(|e| fail(&e))?;
+    let cert = ca.serving_certificate(Ipv4Addr::LOCALHOST.into()).map_err(|e| fail(&e))?;
     let certificates = Certificates::Pem { chain: cert.chain_pem, key: cert.key_pem };
     let server =
         WebhookServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), certificates).await.map_err(|e| fail(&e))?;
-    let manifest = configurations(WEBHOOK_CONFIGURATION, &format!("https://{}", server.addr()), &cert.ca_pem)
+    let manifest = configurations(WEBHOOK_CONFIGURATION, &format!("https://{}", server.addr()), ca.cert_pem())
         .iter()
         .map(|c| c.to_string())
         .collect::<Vec<_>>()

@@ -304,7 +304,9 @@ mod tests {
     async fn a_changed_certificate_directory_is_read_again() {
         let dir = std::env::temp_dir().join(format!("mcm-webhook-certs-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        let first = crate::apiserver::tls::generate().unwrap();
+        let first = crate::apiserver::tls::CertificateAuthority::generate()
+            .and_then(|ca| ca.serving_certificate(std::net::Ipv4Addr::LOCALHOST.into()))
+            .unwrap();
         std::fs::write(dir.join("tls.crt"), &first.chain_pem).unwrap();
         std::fs::write(dir.join("tls.key"), &first.key_pem).unwrap();
         let files = read_dir(&dir).unwrap();
@@ -313,7 +315,9 @@ mod tests {
         let before = serial(&resolver);
         tokio::time::pause();
         let task = tokio::spawn(reload(dir.clone(), files, resolver.clone()));
-        let second = crate::apiserver::tls::generate().unwrap();
+        let second = crate::apiserver::tls::CertificateAuthority::generate()
+            .and_then(|ca| ca.serving_certificate(std::net::Ipv4Addr::LOCALHOST.into()))
+            .unwrap();
         std::fs::write(dir.join("tls.crt"), &second.chain_pem).unwrap();
         std::fs::write(dir.join("tls.key"), &second.key_pem).unwrap();
         // Time is paused: each round lets the reload task run, then moves the clock past its period.

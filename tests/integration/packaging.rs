@@ -209,10 +209,11 @@ fn the_components_obey_the_clusterctl_contract() {
     // Only CRDs of our own group: clusterctl labels every component as ours and `clusterctl delete --include-crd`
     // deletes every CRD so labelled, so a CRD another installation owns (Gardener MCM's MachineClass) must not be
     // one (upstream::installing runs both with the real clusterctl).
-    let expected: BTreeSet<String> = ["mcmclusters", "mcmclustertemplates", "mcmclusteridentities", "mcmmachines", "mcmmachinetemplates"]
-        .iter()
-        .map(|crd| format!("{crd}.infrastructure.cluster.x-k8s.io"))
-        .collect();
+    let expected: BTreeSet<String> =
+        ["mcmclusters", "mcmclustertemplates", "mcmclusteridentities", "mcmmachines", "mcmmachinetemplates"]
+            .iter()
+            .map(|crd| format!("{crd}.infrastructure.cluster.x-k8s.io"))
+            .collect();
     let crds: BTreeSet<String> = crds.iter().map(|c| c.to_string()).collect();
     assert_eq!(crds, expected, "the components' CRDs");
     let deployments: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Deployment").collect();
