@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::api::infra::{MCMCluster, MCMMachine, MCMMachineSpec, MCMMachineTemplate};
+use crate::api::infra::{IDENTITY_KIND, MCMCluster, MCMMachine, MCMMachineSpec, MCMMachineTemplate};
 use crate::api::mcm::MachineClass;
 use crate::api::mcm::names::MACHINE_CLASS_KIND;
 
@@ -181,6 +181,24 @@ fn validate_spec(spec: &MCMMachineSpec, path: &str, check: ProviderSpecCheck<'_>
             if let Err(why) = validate_node_template(inline.node_template.as_ref()) {
                 verdict.errors.push(FieldError::new(FieldErrorKind::Invalid, format!("{at}.nodeTemplate"), why));
             }
+        }
+    }
+    // The identity whose Secret the class may use (`lifecycle::tenancy`); whether it allows the namespace is the
+    // controller's question, asked again whenever the identity changes.
+    if let Some(identity) = &spec.identity_ref {
+        if identity.kind != IDENTITY_KIND {
+            verdict.errors.push(FieldError::new(
+                FieldErrorKind::Invalid,
+                format!("{path}.identityRef.kind"),
+                format!("{:?}: only {IDENTITY_KIND:?} is supported", identity.kind),
+            ));
+        }
+        if identity.name.is_empty() {
+            verdict.errors.push(FieldError::new(
+                FieldErrorKind::Required,
+                format!("{path}.identityRef.name"),
+                "name the MCMClusterIdentity",
+            ));
         }
     }
     verdict

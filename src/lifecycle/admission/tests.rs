@@ -89,6 +89,19 @@ fn machine_specs() {
             ],
         ),
         (
+            "an identity",
+            json!({"identityRef": {"kind": "MCMClusterIdentity", "name": "shared"}, "inlineClass": {"provider": "Fake", "providerSpec": {"machineType": "m"}}}),
+            vec![],
+        ),
+        (
+            "an identity of another kind, unnamed",
+            json!({"identityRef": {"kind": "AWSClusterStaticIdentity", "name": ""}, "class": {"kind": "MachineClass", "name": "s"}}),
+            vec![
+                "spec.identityRef.kind: Invalid value: \"AWSClusterStaticIdentity\": only \"MCMClusterIdentity\" is supported",
+                "spec.identityRef.name: Required value: name the MCMClusterIdentity",
+            ],
+        ),
+        (
             "a preset providerID adopts a VM",
             json!({"providerID": "fake://vm", "class": {"kind": "MachineClass", "name": "s"}}),
             vec![],
