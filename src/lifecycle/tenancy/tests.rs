@@ -39,7 +39,9 @@ fn allowed_namespaces_table() {
         list: Some(vec!["x".into()]),
         selector: Some(LabelSelector { match_labels: Some(labels(&[("tenant", "a")])), match_expressions: None }),
     });
-    let cases: Vec<(&str, Option<AllowedNamespaces>, &str, Option<&BTreeMap<String, String>>, bool)> = vec![
+    // (case, allowedNamespaces, namespace, its labels, allowed)
+    type Case<'a> = (&'a str, Option<AllowedNamespaces>, &'a str, Option<&'a BTreeMap<String, String>>, bool);
+    let cases: Vec<Case<'_>> = vec![
         ("unset allows none", None, "a", Some(&tenant), false),
         ("{} allows every namespace", Some(AllowedNamespaces::default()), "a", None, true),
         ("listed", list(&["b", "a"]), "a", None, true),
