@@ -116,7 +116,9 @@ async fn deleting_a_node_with_kubectl_drains_it_through_its_machines_deletion() 
         "{events:?}"
     );
     assert!(env.vms_of("doomed").is_empty(), "the VM was deleted");
-    wait_until("the node to go", WAIT, || async { env.nodes().get_opt("doomed").await.unwrap().is_none().then_some(()) })
-        .await;
+    wait_until("the node to go", WAIT, || async {
+        env.nodes().get_opt("doomed").await.unwrap().is_none().then_some(())
+    })
+    .await;
     env.shutdown().await;
 }
