@@ -22,7 +22,7 @@ use super::vm::create::Created;
 use super::vm::machine::MachineVm;
 use super::{requeue, vm, writes};
 use crate::api::mcm::Machine;
-use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER};
+use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER, NODE_FINALIZER};
 use crate::lifecycle::class::{self, ClassProblem};
 use crate::lifecycle::create;
 use crate::lifecycle::health::{self, Health};
@@ -127,7 +127,6 @@ async fn health_step(
             }
             Ok(Some(Next::Wake(wake_at)).filter(|_| wake_at.is_some()))
         }
-        Health::DeferFailure => Ok(Some(Next::Poll(RetryClass::Other))),
         Health::MarkFailed { patch } => mark_failed(machine, api, ctx, patch, now).await.map(Some),
         Health::DeleteMachine { node } => {
             let note = format!("Node {node} was deleted; deleting machine {}", machine.name_any());
@@ -207,9 +206,22 @@ async fn mark_failed(
     Ok(Next::Wake(None))
 }
 
-/// The node template and machine name onto the Node.
+/// MCM's node finalizer, the node template and machine name onto the Node.
 async fn sync_node(machine: &Machine, node: &Node, ctx: &Context) -> Result<(), Error> {
     let Some(target) = &ctx.target else { return Ok(()) };
+    if node_sync::needs_finalizer(node) {
+        let nodes: Api<Node> = Api::all(target.clone());
+        match writes::add_finalizer(&nodes, node, NODE_FINALIZER).await {
+            Ok(()) => {}
+            // The Node changed meanwhile (the patch's test failed): its watch event brings us back.
+            Err(Error::Kube { source, .. })
+                if is_conflict(&source) || matches!(&source, kube::Error::Api(s) if s.code == 422) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let Some(patch) = node_sync::node_patch(node, &machine.name_any(), machine.spec.node_template.as_ref()) else {
         return Ok(());
     };

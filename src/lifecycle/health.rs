@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use super::clock;
 use super::config::Effective;
 use super::status::{self, StatusPatch};
-use crate::api::mcm::names::{CRITICAL_COMPONENTS_NOT_READY_TAINT, SCALE_DOWN_DISABLED_BY_MCM};
+use crate::api::mcm::names::CRITICAL_COMPONENTS_NOT_READY_TAINT;
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
 
 /// Healthy, as MCM defines it: conditions are known, `Ready` is `True` and every watched condition is `False`
@@ -68,10 +68,8 @@ pub enum Health {
         /// The Failed status.
         patch: StatusPatch,
     },
-    /// Unknown for longer than the health timeout, but the MachineDeployment is rolling out (its controller
-    /// marked the Node): wait.
-    DeferFailure,
-    /// The Node the machine had is gone: delete the machine (MCM deletes the Machine of a deleted Node).
+    /// The Node the machine had is gone or being deleted (`kubectl delete node`; our finalizer holds it until the
+    /// deletion flow drained it): delete the machine (MCM deletes the Machine of a deleted Node).
     DeleteMachine {
         /// The Node's name.
         node: String,
@@ -90,13 +88,16 @@ pub fn decide(
     let name = machine.metadata.name.as_deref().unwrap_or_default();
     let phase = status::phase(machine).cloned();
     let current = status::conditions(machine);
+    if node.is_some_and(|n| n.metadata.deletion_timestamp.is_some()) {
+        return Health::DeleteMachine { node: node_name.to_string() };
+    }
     let Some(node) = node else {
         // Conditions were copied, so the Node existed: it was deleted. A Pending machine whose Node never
         // registered falls through to the creation timeout.
         if !current.is_empty() {
             return Health::DeleteMachine { node: node_name.to_string() };
         }
-        return timeouts(machine, None, now, effective);
+        return timeouts(machine, now, effective);
     };
     let mut patch = StatusPatch::default();
     let observed = node_conditions(node);
@@ -151,9 +152,9 @@ pub fn decide(
         _ => {}
     }
     if patch.is_empty() {
-        return timeouts(machine, Some(node), now, effective);
+        return timeouts(machine, now, effective);
     }
-    let wake_at = match timeouts(machine, Some(node), now, effective) {
+    let wake_at = match timeouts(machine, now, effective) {
         Health::Steady { wake_at } => wake_at,
         _ => None,
     };
@@ -161,8 +162,10 @@ pub fn decide(
 }
 
 /// Pending -> Failed after the creation timeout (from `creationTimestamp`); Unknown -> Failed after the health
-/// timeout (from `currentStatus.lastUpdateTime`), unless disabled.
-fn timeouts(machine: &Machine, node: Option<&Node>, now: Timestamp, effective: &Effective) -> Health {
+/// timeout (from `currentStatus.lastUpdateTime`), unless disabled. A rolling MachineDeployment's mark on the Node
+/// does not defer the failure (MCM dropped that check, gardener/machine-controller-manager#733): the mark stays
+/// until the rollout completes, so a machine dying mid-rollout must be replaced or the rollout stalls.
+fn timeouts(machine: &Machine, now: Timestamp, effective: &Effective) -> Health {
     let name = machine.metadata.name.as_deref().unwrap_or_default();
     match status::phase(machine) {
         Some(MachinePhase::Pending) => {
@@ -194,12 +197,6 @@ fn timeouts(machine: &Machine, node: Option<&Node>, now: Timestamp, effective: &
             if now < deadline {
                 return Health::Steady { wake_at: Some(deadline) };
             }
-            let rolling_out = node
-                .and_then(|n| n.metadata.annotations.as_ref())
-                .is_some_and(|a| a.contains_key(SCALE_DOWN_DISABLED_BY_MCM));
-            if rolling_out {
-                return Health::DeferFailure;
-            }
             let description = format!(
                 "Machine {name} is not healthy since {} minutes. Changing status to failed. Node Conditions: {}",
                 clock::go(effective.health_timeout),
@@ -223,6 +220,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+    use crate::api::mcm::names::SCALE_DOWN_DISABLED_BY_MCM;
     use crate::api::mcm::{LastOperation, MachineStatus};
     use crate::lifecycle::config::MachineConfig;
 
@@ -240,6 +238,11 @@ mod tests {
 
     fn not_ready() -> Vec<NodeCondition> {
         vec![cond("Ready", "Unknown"), cond("DiskPressure", "Unknown")]
+    }
+
+    fn deleting(mut n: Node) -> Node {
+        n.metadata.deletion_timestamp = Some(Time(t("00:34:00")));
+        n
     }
 
     fn node(conditions: Vec<NodeCondition>, taint: bool, rolling: bool) -> Node {
@@ -299,7 +302,6 @@ mod tests {
                 patch.conditions.is_some()
             ),
             Health::MarkFailed { .. } => "mark failed".into(),
-            Health::DeferFailure => "defer".into(),
             Health::DeleteMachine { node } => format!("delete machine (node {node})"),
         }
     }
@@ -383,11 +385,32 @@ mod tests {
                 "mark failed",
             ),
             (
-                "unknown during a rollout waits",
+                "unknown fails at the health timeout during a rollout too",
                 machine(MachinePhase::Unknown, "00:30:00", (HealthCheck, Processing), not_ready()),
                 Some(node(not_ready(), false, true)),
                 t("00:41:00"),
-                "defer",
+                "mark failed",
+            ),
+            (
+                "unknown during a rollout still waits for the health timeout",
+                machine(MachinePhase::Unknown, "00:30:00", (HealthCheck, Processing), not_ready()),
+                Some(node(not_ready(), false, true)),
+                t("00:35:00"),
+                "steady wake=Some(2025-01-01T00:40:00Z)",
+            ),
+            (
+                "node being deleted",
+                machine(MachinePhase::Running, "00:01:00", (Create, Successful), ready()),
+                Some(deleting(node(ready(), false, false))),
+                t("00:35:00"),
+                "delete machine (node m1)",
+            ),
+            (
+                "pending machine's node being deleted",
+                machine(MachinePhase::Pending, "00:00:01", (Create, Processing), vec![]),
+                Some(deleting(node(not_ready(), false, false))),
+                t("00:02:00"),
+                "delete machine (node m1)",
             ),
             (
                 "unknown recovers",

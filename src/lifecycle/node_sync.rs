@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use serde_json::{Map, Value, json};
 
 use crate::api::mcm::NodeTemplateSpec;
-use crate::api::mcm::names::{LAST_APPLIED_ANNOTATION, MACHINE_NAME_LABEL};
+use crate::api::mcm::names::{LAST_APPLIED_ANNOTATION, MACHINE_NAME_LABEL, NODE_FINALIZER};
 
 fn template_labels(t: &NodeTemplateSpec) -> BTreeMap<String, String> {
     t.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default()
@@ -67,6 +67,14 @@ fn merge_taints(current: &[Taint], desired: &[Taint], last_applied: &[Taint]) ->
         }
     }
     (merged != current).then_some(merged)
+}
+
+/// Whether the Node of a machine that is not being deleted still needs MCM's node finalizer: it holds a Node that
+/// `kubectl delete node` removes until the deletion flow of its Machine has drained it and deleted the VM (MCM's
+/// `addNodeFinalizers`). Never on a Node being deleted (the API server refuses new finalizers then).
+pub fn needs_finalizer(node: &Node) -> bool {
+    node.metadata.deletion_timestamp.is_none()
+        && !node.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == NODE_FINALIZER))
 }
 
 /// The merge patch that brings `node` in line with `template` and names `machine_name` on it, or `None` when it
@@ -162,6 +170,28 @@ mod tests {
     }
 
     const NAME: (&str, &str) = (MACHINE_NAME_LABEL, "m1");
+
+    #[test]
+    fn the_node_finalizer_is_added_once_and_never_to_a_deleting_node() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let with = |finalizers: Option<Vec<&str>>, deleting: bool| Node {
+            metadata: ObjectMeta {
+                finalizers: finalizers.map(|f| f.into_iter().map(String::from).collect()),
+                deletion_timestamp: deleting.then(|| Time("2025-01-01T00:00:00Z".parse().unwrap())),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let cases = [
+            ("no finalizers", with(None, false), true),
+            ("another's finalizer", with(Some(vec!["other"]), false), true),
+            ("ours already", with(Some(vec!["other", NODE_FINALIZER]), false), false),
+            ("being deleted", with(None, true), false),
+        ];
+        for (name, node, want) in cases {
+            assert_eq!(needs_finalizer(&node), want, "{name}");
+        }
+    }
 
     #[test]
     fn three_way_merge() {

@@ -235,11 +235,16 @@ impl NodeMarks {
 
 /// MCM's `AnnotateNodesUnmanagedByMCM` for one Node: `has_machine` tells whether a Machine names it. A Node
 /// without a Machine is left alone while younger than the creation timeout (its Machine may still be recording
-/// it).
+/// it) — unless it is being deleted: then no Machine's deletion flow will release it, so MCM's finalizer goes at
+/// once (a Node is never held by our finalizer once its Machine is gone).
 pub fn unmanaged_node(node: &Node, has_machine: bool, now: Timestamp, creation_timeout: Duration) -> NodeMarks {
     let annotated = node.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(NOT_MANAGED_ANNOTATION));
     if has_machine {
         return NodeMarks { annotate: annotated.then_some(false), remove_finalizer: false };
+    }
+    let finalizer = node.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == NODE_FINALIZER));
+    if node.metadata.deletion_timestamp.is_some() {
+        return NodeMarks { annotate: None, remove_finalizer: finalizer };
     }
     let old_enough = node
         .metadata
@@ -249,7 +254,6 @@ pub fn unmanaged_node(node: &Node, has_machine: bool, now: Timestamp, creation_t
     if !old_enough {
         return NodeMarks::default();
     }
-    let finalizer = node.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|f| f == NODE_FINALIZER));
     NodeMarks { annotate: (!annotated).then_some(true), remove_finalizer: finalizer }
 }
 
@@ -651,6 +655,19 @@ mod tests {
         let mut no_time = node(old, false, true);
         no_time.metadata.creation_timestamp = None;
         assert!(unmanaged_node(&no_time, false, now, timeout).is_empty(), "no creation time: left alone");
+        let deleting = |mut n: Node| {
+            n.metadata.deletion_timestamp = Some(Time(t(young)));
+            n
+        };
+        let cases = [
+            ("deleting, young, no machine: release at once", deleting(node(young, false, true)), false, true),
+            ("deleting, no finalizer: nothing", deleting(node(young, false, false)), false, false),
+            ("deleting, has a machine: its deletion flow releases it", deleting(node(old, false, true)), true, false),
+        ];
+        for (name, n, has_machine, remove_finalizer) in cases {
+            let got = unmanaged_node(&n, has_machine, now, timeout);
+            assert_eq!(got, NodeMarks { annotate: None, remove_finalizer }, "{name}");
+        }
     }
 
     #[test]

@@ -71,14 +71,23 @@ pub const STATUS_ABSENT: &str = "status of an absent VM is NotFound";
 pub const LIST_SCOPED: &str = "list returns exactly this cluster's VMs";
 /// Name of [`delete_is_idempotent`].
 pub const DELETE_IDEMPOTENT: &str = "delete is idempotent";
+/// Name of [`delete_by_provider_id_needs_no_name`].
+pub const DELETE_BY_PROVIDER_ID: &str = "delete by providerID needs no machine name";
 /// Name of [`invalid_provider_spec_names_the_field`].
 pub const INVALID_SPEC: &str = "invalid providerSpec is InvalidArgument naming the field";
 /// Name of [`provider_mismatch_is_invalid_argument`].
 pub const PROVIDER_MISMATCH: &str = "provider mismatch is InvalidArgument";
 
 /// Every check, in the order [`run`] runs them.
-pub const CHECKS: [&str; 6] =
-    [CREATE_IDEMPOTENT, STATUS_ABSENT, LIST_SCOPED, DELETE_IDEMPOTENT, INVALID_SPEC, PROVIDER_MISMATCH];
+pub const CHECKS: [&str; 7] = [
+    CREATE_IDEMPOTENT,
+    STATUS_ABSENT,
+    LIST_SCOPED,
+    DELETE_IDEMPOTENT,
+    DELETE_BY_PROVIDER_ID,
+    INVALID_SPEC,
+    PROVIDER_MISMATCH,
+];
 
 /// Runs every check in order; the first failure ends the run.
 pub async fn run(driver: &dyn Driver, fixture: &Fixture) -> Result<(), ConformanceFailure> {
@@ -86,6 +95,7 @@ pub async fn run(driver: &dyn Driver, fixture: &Fixture) -> Result<(), Conforman
     status_of_absent_vm_is_not_found(driver, fixture).await?;
     list_is_scoped_to_cluster_and_role(driver, fixture).await?;
     delete_is_idempotent(driver, fixture).await?;
+    delete_by_provider_id_needs_no_name(driver, fixture).await?;
     invalid_provider_spec_names_the_field(driver, fixture).await?;
     provider_mismatch_is_invalid_argument(driver, fixture).await
 }
@@ -305,6 +315,34 @@ pub async fn delete_is_idempotent(driver: &dyn Driver, fixture: &Fixture) -> Res
     ok_or(CHECK, fixture, "delete of a machine without VM", driver.delete_machine(&never).await, &[Code::NotFound])
 }
 
+/// A delete naming only the providerID (the safety controller's request for an orphan VM whose name tag is missing)
+/// deletes that VM: afterwards status by providerID is NotFound and list omits it.
+pub async fn delete_by_provider_id_needs_no_name(
+    driver: &dyn Driver,
+    fixture: &Fixture,
+) -> Result<(), ConformanceFailure> {
+    const CHECK: &str = DELETE_BY_PROVIDER_ID;
+    let request = fixture.request("nameless", &fixture.class, None);
+    let created = ok(CHECK, fixture, "create", driver.create_machine(&request).await)?;
+    let mut nameless = fixture.request("nameless", &fixture.class, Some(&created.provider_id));
+    nameless.machine.name.clear();
+    let deleted = driver.delete_machine(&nameless).await;
+    if deleted.is_err() {
+        // Never leave a VM behind, even from a broken driver.
+        let by_id = fixture.request("nameless", &fixture.class, Some(&created.provider_id));
+        let _ = driver.delete_machine(&by_id).await;
+    }
+    ok(CHECK, fixture, "delete without a machine name", deleted)?;
+    let by_id = fixture.request("nameless", &fixture.class, Some(&created.provider_id));
+    err_with(CHECK, fixture, "status after delete", driver.get_machine_status(&by_id).await, &[Code::NotFound])?;
+    let listed =
+        ok(CHECK, fixture, "list after delete", driver.list_machines(&fixture.list_request(&fixture.class)).await)?;
+    if listed.contains_key(&created.provider_id) {
+        return Err(fail(CHECK, format!("the deleted VM {} is still listed", created.provider_id)));
+    }
+    Ok(())
+}
+
 /// An invalid providerSpec makes create and list fail with InvalidArgument naming the field.
 pub async fn invalid_provider_spec_names_the_field(
     driver: &dyn Driver,
@@ -419,6 +457,9 @@ mod tests {
             if r.class.provider != "InMemory" {
                 return Err(DriverError::new(Code::InvalidArgument, "wrong provider"));
             }
+            if r.machine.name.is_empty() && self.fault == "delete needs a name" {
+                return Err(DriverError::new(Code::InvalidArgument, "the machine has no name"));
+            }
             let mut vms = self.vms.lock().unwrap();
             match &r.machine.provider_id {
                 Some(id) if self.fault == "second delete fails" && !vms.contains_key(id) => {
@@ -481,6 +522,11 @@ mod tests {
             ("absent is internal", STATUS_ABSENT, "expected NotFound, got Internal: dunno"),
             ("list not scoped", LIST_SCOPED, "expected {"),
             ("second delete fails", DELETE_IDEMPOTENT, "second delete: expected success or [NotFound], got Internal"),
+            (
+                "delete needs a name",
+                DELETE_BY_PROVIDER_ID,
+                "delete without a machine name: expected success, got InvalidArgument",
+            ),
             ("leaks secrets", INVALID_SPEC, "shows the value of secret key \"token\""),
             ("accepts other providers", PROVIDER_MISMATCH, "create: expected InvalidArgument, got success"),
         ];

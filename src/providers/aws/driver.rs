@@ -587,7 +587,12 @@ impl Driver for AwsDriver {
     }
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
-        let ec2 = self.prepare_machine(request).await?;
+        // A providerID is enough (an orphan VM without a `Name` tag has no machine name); only the search by tags
+        // needs the name.
+        let ec2 = match provider_id_of(request) {
+            Some(_) => self.prepare(&request.class, &request.secret).await?,
+            None => self.prepare_machine(request).await?,
+        };
         let ids: Vec<String> = match provider_id_of(request) {
             Some(provider_id) => {
                 let id = request::instance_id(provider_id)?;

@@ -180,6 +180,25 @@ impl AzureDriver {
         let arm = Arm { clients, spec, subscription, secret: request.secret.clone(), settings: &self.settings };
         Ok((arm, request::vm_name(&request.machine.name)))
     }
+
+    /// As [`Self::prepare_machine`] for a deletion: a providerID alone names the VM (an orphan may have no machine
+    /// name). A providerID of another resource group than the class's is refused (`NotFound`: left alone).
+    fn prepare_deletion(&self, request: &MachineRequest) -> Result<(Arm<'_>, String), DriverError> {
+        let Some(id) = request.machine.provider_id.as_deref().filter(|id| !id.is_empty()) else {
+            return self.prepare_machine(request);
+        };
+        let spec = spec_of(&request.class)?;
+        let parsed = request::parse_provider_id(id)?;
+        if parsed.resource_group.as_deref().is_some_and(|rg| !rg.eq_ignore_ascii_case(&spec.resource_group)) {
+            return Err(DriverError::new(
+                Code::NotFound,
+                format!("providerID {id} is not in the class's resource group {}; left alone", spec.resource_group),
+            ));
+        }
+        let (clients, subscription) = self.clients(&spec, &request.secret)?;
+        let arm = Arm { clients, spec, subscription, secret: request.secret.clone(), settings: &self.settings };
+        Ok((arm, parsed.vm))
+    }
 }
 
 /// A hash naming one client configuration (never the credentials themselves).
@@ -815,7 +834,7 @@ impl Driver for AzureDriver {
     }
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
-        let (arm, vm) = self.prepare_machine(request)?;
+        let (arm, vm) = self.prepare_deletion(request)?;
         let attached = match arm.get(Kind::Vm, &vm).await? {
             // Never delete what is not this cluster's, whatever the name says.
             Some(found) if !request::owned(&found.tags, &arm.spec) => {

@@ -513,8 +513,12 @@ impl Driver for GcpDriver {
     }
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
-        let gce = self.prepare_machine(request).await?;
-        let provider_id = request.machine.provider_id.as_deref();
+        // A providerID names the instance (an orphan may have no machine name); only without one is the name used.
+        let provider_id = request.machine.provider_id.as_deref().filter(|id| !id.is_empty());
+        let gce = match provider_id {
+            Some(_) => self.prepare(&request.class, &request.secret).await?,
+            None => self.prepare_machine(request).await?,
+        };
         let at = gce.locate(&request.machine.name, provider_id)?;
         let done = DeleteMachineResponse { last_known_state: None };
         match gce.get(&at).await? {

@@ -116,7 +116,8 @@ impl Driver for InMemoryDriver {
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
         self.cloud.count(Call::Delete);
-        let spec = machine_spec(request)?;
+        // A providerID alone names the VM (an orphan may have no machine name); without one the name is needed.
+        let spec = if provider_id(request).is_some() { spec_of(&request.class)? } else { machine_spec(request)? };
         if let Some(code) = spec.fail_delete {
             return Err(DriverError::new(code, "injected failure (providerSpec.failDelete)"));
         }

@@ -90,3 +90,35 @@ async fn a_budget_holds_the_drain_until_the_drain_timeout_forces_it() {
     assert!(env.nodes().get_opt("held").await.unwrap().is_none());
     env.shutdown().await;
 }
+
+/// `kubectl delete node` (MCM's node finalizer holds the Node): the Machine is deleted, its deletion flow drains the
+/// still-present Node, deletes the VM, and only then releases and deletes the Node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_node_with_kubectl_drains_it_through_its_machines_deletion() {
+    use mcm::api::mcm::names::NODE_FINALIZER;
+    let env = Env::start(fast_options()).await;
+    env.class("small", json!({})).await;
+    env.machine("doomed", "small").await;
+    env.wait_phase("doomed", MachinePhase::Running, WAIT).await;
+    wait_until("the node to carry MCM's finalizer", WAIT, || async {
+        let node = env.nodes().get_opt("doomed").await.unwrap()?;
+        node.metadata.finalizers.unwrap_or_default().iter().any(|f| f == NODE_FINALIZER).then_some(())
+    })
+    .await;
+    pods_on(&env, "doomed", &["a", "b"]).await;
+
+    env.kubectl.run(&["delete", "node", "doomed", "--wait=false"]).await;
+    env.wait_gone("doomed", WAIT).await;
+    assert_eq!(pod_count(&env).await, 0, "the pods were evicted");
+    let events = env.events_of("doomed").await;
+    assert!(
+        events.iter().any(|(_, reason, note)| reason == "Drained" && note.contains("2 pods evicted")),
+        "{events:?}"
+    );
+    assert!(env.vms_of("doomed").is_empty(), "the VM was deleted");
+    wait_until("the node to go", WAIT, || async {
+        env.nodes().get_opt("doomed").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}

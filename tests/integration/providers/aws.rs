@@ -473,6 +473,24 @@ async fn foreign_and_untagged_instances_are_never_listed_or_deleted() {
     assert!(driver.list_machines(&list).await.unwrap().is_empty());
 }
 
+/// An orphan instance tagged for the cluster and role but without a `Name` tag (listed with an empty name, so the
+/// safety controller's request names no machine) is terminated by its providerID.
+#[tokio::test]
+async fn an_instance_without_a_name_tag_is_deleted_by_its_provider_id() {
+    let world = World::start().await;
+    let driver = world.driver();
+    let class = world.class("c", "dev");
+    let nameless = world.launch(&[("kubernetes.io/cluster/dev", "1"), ("kubernetes.io/role/node", "1")]).await;
+    let listed = driver.list_machines(&ListMachinesRequest { class: class.clone(), secret: secret() }).await.unwrap();
+    let (provider_id, name) = listed.iter().find(|(id, _)| id.ends_with(&nameless)).expect("listed");
+    assert_eq!(name, "", "no Name tag: listed without a machine name");
+
+    driver.delete_machine(&world.request("", &class, Some(provider_id))).await.unwrap();
+    assert_eq!(world.state(&nameless).await, "terminated");
+    // Again: already gone, still fine.
+    driver.delete_machine(&world.request("", &class, Some(provider_id))).await.unwrap();
+}
+
 #[tokio::test]
 async fn delete_without_a_provider_id_terminates_every_instance_tagged_for_the_machine() {
     let world = World::start().await;

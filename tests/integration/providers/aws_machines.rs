@@ -169,8 +169,15 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
             ("Name", "forgotten"),
         ])
         .await;
+    // One without a `Name` tag too: nothing names its machine, its providerID is enough.
+    let nameless =
+        world.launch(&[(&format!("kubernetes.io/cluster/{CLUSTER}"), "1"), ("kubernetes.io/role/node", "1")]).await;
     wait_until("the orphan instance to be terminated", WAIT, || async {
         (world.state(&orphan).await == "terminated").then_some(())
+    })
+    .await;
+    wait_until("the orphan instance without a Name tag to be terminated", WAIT, || async {
+        (world.state(&nameless).await == "terminated").then_some(())
     })
     .await;
 
