@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 use crate::api;
 
 mod flags;
+mod mcm_flags;
 mod migrate;
 mod run_args;
 
@@ -205,8 +206,11 @@ fn execute(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Crds(args) => crds(args),
         Command::Run(args) => {
-            crate::telemetry::logging::init(args.log_format, &args.log_level)?;
+            crate::telemetry::logging::init(args.log_format, args.log_level())?;
             let options = args.options()?;
+            for (flag, why) in args.without_effect() {
+                tracing::warn!("{flag} is accepted for MCM's command lines and has no effect here: {why}");
+            }
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             runtime.block_on(crate::run::run(options, ctrl_c(), |line| println!("mcm run: {line}")))?;

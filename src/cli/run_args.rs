@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::mcm_flags::{LockTypeError, McmFlags};
 use super::{InfraControllerFlags, MachineControllerFlags, MachineControllerManagerFlags};
 use crate::api::Duration;
 use crate::run::{RunOptions, Target, selection};
@@ -54,13 +55,13 @@ pub struct RunArgs {
     /// The Lease's namespace (default: --namespace, else $POD_NAMESPACE, else `default`).
     #[arg(long, value_name = "NS")]
     pub leader_elect_resource_namespace: Option<String>,
-    /// Where `/metrics` is served (`0` turns it off).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10258")]
-    pub metrics_bind_address: String,
+    /// Where `/metrics` is served (`0` turns it off); default `0.0.0.0:10258`, or MCM's `--address` and `--port`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_bind_address: Option<String>,
     /// Where `/healthz` and `/readyz` are served (`0` turns them off; the same address as the metrics shares
-    /// one listener).
-    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:10258")]
-    pub health_probe_bind_address: String,
+    /// one listener); default `0.0.0.0:10258`, or MCM's `--address` and `--port`.
+    #[arg(long, value_name = "ADDR")]
+    pub health_probe_bind_address: Option<String>,
     /// The port the admission webhooks are served on over HTTPS, on every interface (`0` turns them off).
     #[arg(long, value_name = "PORT", default_value_t = 9443)]
     pub webhook_port: u16,
@@ -83,9 +84,10 @@ pub struct RunArgs {
     /// Log lines as `text` or `json`.
     #[arg(long, value_name = "FORMAT", default_value = "text")]
     pub log_format: LogFormat,
-    /// What to log: a level (`info`) or a tracing filter (`info,mcm::controllers=debug`); RUST_LOG wins.
-    #[arg(long, value_name = "FILTER", default_value = "info")]
-    pub log_level: String,
+    /// What to log: a level (`info`, the default; or MCM's `--v`) or a tracing filter
+    /// (`info,mcm::controllers=debug`); RUST_LOG wins.
+    #[arg(long, value_name = "FILTER")]
+    pub log_level: Option<String>,
     /// Use the in-memory cloud that `mcm dev` serves at this URL for `InMemory` machine classes.
     #[arg(long, value_name = "URL")]
     pub inmemory_cloud_url: Option<String>,
@@ -95,6 +97,8 @@ pub struct RunArgs {
     manager_flags: MachineControllerManagerFlags,
     #[command(flatten)]
     infra_flags: InfraControllerFlags,
+    #[command(flatten)]
+    mcm_flags: McmFlags,
 }
 
 /// A flag value `mcm run` cannot use.
@@ -111,6 +115,9 @@ pub enum RunArgsError {
         /// The value.
         value: String,
     },
+    /// An MCM flag's value MCM refuses too.
+    #[error(transparent)]
+    LockType(#[from] LockTypeError),
     /// The leader election timings.
     #[error("--leader-elect-renew-deadline ({renew}) must be shorter than --leader-elect-lease-duration ({lease})")]
     Lease {
@@ -131,8 +138,22 @@ fn address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, RunArg
 }
 
 impl RunArgs {
+    /// The log filter: `--log-level`, else MCM's `--v`, else `info`.
+    pub fn log_level(&self) -> &str {
+        self.log_level.as_deref().or(self.mcm_flags.log_level()).unwrap_or("info")
+    }
+
+    /// MCM's flags given that change nothing here, each with the reason: one warning each at start.
+    pub fn without_effect(&self) -> Vec<(&'static str, &'static str)> {
+        self.mcm_flags.without_effect()
+    }
+
     /// What these flags ask for.
     pub fn options(&self) -> Result<RunOptions, RunArgsError> {
+        self.mcm_flags.validate()?;
+        let mcm_address = self.mcm_flags.bind_address();
+        let metrics_bind_address = self.metrics_bind_address.as_deref().unwrap_or(&mcm_address);
+        let health_probe_bind_address = self.health_probe_bind_address.as_deref().unwrap_or(&mcm_address);
         let mut controllers = self.controller_flags.options();
         self.manager_flags.apply(&mut controllers);
         controllers.namespace = self.namespace.clone().filter(|n| !n.is_empty());
@@ -180,8 +201,8 @@ impl RunArgs {
             rate_limit: RateLimit { qps: self.kube_api_qps, burst: self.kube_api_burst },
             cloud_rate_limit: RateLimit { qps: self.cloud_api_qps, burst: self.cloud_api_burst },
             leader,
-            metrics_addr: address("--metrics-bind-address", &self.metrics_bind_address)?,
-            health_addr: address("--health-probe-bind-address", &self.health_probe_bind_address)?,
+            metrics_addr: address("--metrics-bind-address", metrics_bind_address)?,
+            health_addr: address("--health-probe-bind-address", health_probe_bind_address)?,
             webhook_addr: (self.webhook_port != 0).then(|| SocketAddr::from(([0, 0, 0, 0], self.webhook_port))),
             webhook_cert_dir: self.webhook_cert_dir.clone(),
             inmemory_cloud_url: self.inmemory_cloud_url.clone(),
@@ -285,6 +306,71 @@ mod tests {
         }
     }
 
+    /// Every flag of MCM master's `machine-controller-manager` and `machine-controller` (their `options.go`, with
+    /// klog's `--v`/`--vmodule`, `--log-flush-frequency` and the leader election flags), as MCM's docs write them.
+    const MCM_FLAGS: &[&str] = &[
+        "--port=10259",
+        "--address=0.0.0.0",
+        "--cloud-provider=aws",
+        "--concurrent-syncs=50",
+        "--min-resync-period=12h0m0s",
+        "--profiling=false",
+        "--contention-profiling=false",
+        "--target-kubeconfig=none",
+        "--control-kubeconfig=inClusterConfig",
+        "--namespace=shoot--a--b",
+        "--kube-api-content-type=application/vnd.kubernetes.protobuf",
+        "--kube-api-qps=20",
+        "--kube-api-burst=30",
+        "--controller-start-interval=0s",
+        "--machine-creation-timeout=20m",
+        "--machine-health-timeout=10m",
+        "--machine-drain-timeout=2h",
+        "--machine-inplace-update-timeout=20m",
+        "--machine-max-evict-retries=10",
+        "--machine-pv-detach-timeout=2m",
+        "--machine-pv-reattach-timeout=90s",
+        "--machine-safety-apiserver-statuscheck-timeout=30s",
+        "--machine-safety-orphan-vms-period=15m",
+        "--machine-safety-apiserver-statuscheck-period=1m",
+        "--node-conditions=KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable",
+        "--bootstrap-token-auth-extra-groups=system:bootstrappers:gardener",
+        "--resource-exhausted-retry=10m",
+        "--safety-up=2",
+        "--safety-down=1",
+        "--machine-safety-overshooting-period=1m",
+        "--autoscaler-scaledown-annotation-during-rollout=true",
+        "--v=3",
+        "--vmodule=machine=4",
+        "--log-flush-frequency=5s",
+        "--leader-elect=true",
+        "--leader-elect-lease-duration=15s",
+        "--leader-elect-renew-deadline=10s",
+        "--leader-elect-retry-period=2s",
+        "--leader-elect-resource-lock=leases",
+    ];
+
+    #[test]
+    fn mcms_flags_are_accepted() {
+        let o = options(MCM_FLAGS).unwrap();
+        assert_eq!(o.target, Target::None);
+        assert_eq!(o.kubeconfig, None, "inClusterConfig");
+        assert_eq!(o.metrics_addr, Some("0.0.0.0:10259".parse().unwrap()), "--address and --port");
+        assert_eq!(o.health_addr, o.metrics_addr);
+        assert_eq!(o.controllers.concurrent_syncs, 50);
+        let cli = Cli::try_parse_from(std::iter::once("mcm").chain(MCM_FLAGS.iter().copied())).unwrap();
+        assert_eq!(cli.run.log_level(), "info", "--v=3");
+        let named: Vec<&str> = cli.run.without_effect().into_iter().map(|(f, _)| f).collect();
+        assert_eq!(named.len(), 9, "{named:?}");
+        // MCM's command lines set one flag in both binaries (`--namespace`, `--v`, the kubeconfigs): the last wins.
+        let o = options(&["--v=2", "--namespace=a", "--v=5", "--namespace=b"]).unwrap();
+        assert_eq!(o.controllers.namespace.as_deref(), Some("b"));
+        // Ours win over MCM's.
+        let o = options(&["--port=9", "--metrics-bind-address=127.0.0.1:8080"]).unwrap();
+        assert_eq!(o.metrics_addr, Some("127.0.0.1:8080".parse().unwrap()));
+        assert_eq!(o.health_addr, Some("0.0.0.0:9".parse().unwrap()));
+    }
+
     #[test]
     fn bad_values_are_refused() {
         assert!(matches!(options(&["--controllers=*,-nope"]), Err(RunArgsError::Controllers(_))));
@@ -294,5 +380,9 @@ mod tests {
             Err(RunArgsError::Lease { .. })
         ));
         assert!(Cli::try_parse_from(["mcm", "--log-format=xml"]).is_err());
+        assert!(matches!(options(&["--leader-elect-resource-lock=endpoints"]), Err(RunArgsError::LockType(_))));
+        // MCM's sample deployment writes `--machine-safety-overshooting-period=1`; MCM refuses it (Go's
+        // time.ParseDuration wants a unit), and so do we.
+        assert!(Cli::try_parse_from(["mcm", "--machine-safety-overshooting-period=1"]).is_err());
     }
 }

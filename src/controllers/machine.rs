@@ -5,11 +5,13 @@
 //! Observe (the Machine from the store, its class, secrets and Node from stores), decide (`lifecycle`), act (driver
 //! calls, patches of the fields we own, events), requeue at the next deadline.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::DeleteParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
@@ -93,7 +95,8 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
             None => {}
         }
         if let Some(node) = &node {
-            sync_node(machine, node, ctx).await?;
+            let virtual_capacity = class.spec.node_template.as_ref().and_then(|t| t.virtual_capacity.as_ref());
+            sync_node(machine, node, virtual_capacity, ctx).await?;
         }
     }
 
@@ -206,11 +209,17 @@ async fn mark_failed(
     Ok(Next::Wake(None))
 }
 
-/// MCM's node finalizer, the node template and machine name onto the Node.
-async fn sync_node(machine: &Machine, node: &Node, ctx: &Context) -> Result<(), Error> {
+/// MCM's node finalizer, the node template and machine name onto the Node, and the class's virtual capacity into
+/// its status.
+async fn sync_node(
+    machine: &Machine,
+    node: &Node,
+    virtual_capacity: Option<&BTreeMap<String, Quantity>>,
+    ctx: &Context,
+) -> Result<(), Error> {
     let Some(target) = &ctx.target else { return Ok(()) };
+    let nodes: Api<Node> = Api::all(target.clone());
     if node_sync::needs_finalizer(node) {
-        let nodes: Api<Node> = Api::all(target.clone());
         match writes::add_finalizer(&nodes, node, NODE_FINALIZER).await {
             Ok(()) => {}
             // The Node changed meanwhile (the patch's test failed): its watch event brings us back.
@@ -222,14 +231,20 @@ async fn sync_node(machine: &Machine, node: &Node, ctx: &Context) -> Result<(), 
             Err(e) => return Err(e),
         }
     }
-    let Some(patch) = node_sync::node_patch(node, &machine.name_any(), machine.spec.node_template.as_ref()) else {
-        return Ok(());
-    };
-    let nodes: Api<Node> = Api::all(target.clone());
-    match writes::merge(&nodes, node, &patch, "sync the node template to").await {
-        Ok(_) => Ok(()),
+    let result = async {
+        if let Some(patch) = node_sync::node_patch(node, &machine.name_any(), machine.spec.node_template.as_ref()) {
+            writes::merge(&nodes, node, &patch, "sync the node template to").await?;
+        }
+        if let Some(capacity) = node_sync::virtual_capacity_patch(node, virtual_capacity) {
+            writes::merge_status(&nodes, node, &capacity.status, "put the virtual capacity on").await?;
+            writes::merge(&nodes, node, &capacity.record, "record the virtual capacity on").await?;
+        }
+        Ok(())
+    }
+    .await;
+    match result {
         // The Node changed meanwhile: its watch event brings us back with the new one.
         Err(Error::Kube { source, .. }) if is_conflict(&source) || is_not_found(&source) => Ok(()),
-        Err(e) => Err(e),
+        other => other,
     }
 }

@@ -72,6 +72,16 @@ where
         .map_err(|e| Error::kube(action, describe(object), e))
 }
 
+/// A merge patch of the object's status subresource.
+pub(crate) async fn merge_status<K>(api: &Api<K>, object: &K, patch: &Value, action: &'static str) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    api.patch_status(&object.name_any(), &patch_params(), &Patch::Merge(patch))
+        .await
+        .map_err(|e| Error::kube(action, describe(object), e))
+}
+
 /// Adds `finalizer` (no-op when present).
 pub(crate) async fn add_finalizer<K>(api: &Api<K>, object: &K, finalizer: &str) -> Result<(), Error>
 where

@@ -260,7 +260,7 @@ pub fn drain_plan(
 ) -> DrainPlan {
     if !target {
         return DrainPlan::Skip(Outcome::next(format!(
-            "Skipping drain as there is no target cluster. {}",
+            "Running without target cluster, skipping node drain and volume attachment deletion. {}",
             text::INITIATE_VM_DELETION
         )));
     }
@@ -404,10 +404,9 @@ pub enum NodeDeletion {
 pub fn after_node_delete(machine_name: &str, result: NodeDeletion) -> Outcome {
     let next = text::INITIATE_FINALIZER_REMOVAL;
     match result {
-        NodeDeletion::NoTarget => Outcome::next(format!("No target cluster, so no node object to delete. {next}")),
-        NodeDeletion::NoLabel => Outcome::next(format!(
-            "Label \"node\" not present on machine {machine_name:?} or no associated node object found, continuing \
-             deletion flow. {next}"
+        // Without a target cluster MCM never sets the `node` label, so it reports the missing label.
+        NodeDeletion::NoTarget | NodeDeletion::NoLabel => Outcome::next(format!(
+            "Label \"node\" not present on machine {machine_name:?}, continuing deletion flow. {next}"
         )),
         NodeDeletion::Deleted(node) => Outcome::next(format!("Deletion of Node Object {node:?} is successful. {next}")),
         NodeDeletion::NotFound(node) => {

@@ -2,14 +2,20 @@
 //! sync"): labels, annotations and taints the template lists are set; those applied before (recorded in the
 //! `last-applied-anno-labels-taints` annotation) and no longer listed are removed; everything else on the Node is
 //! left alone. Taints are keyed by key and effect. The Node also gets the machine-name label.
+//!
+//! The class's `nodeTemplate.virtualCapacity` (extended resources no device plugin reports) goes into the Node's
+//! `status.capacity` the same way ([`virtual_capacity_patch`]), recorded in `last-applied-virtual-capacity`.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Map, Value, json};
 
 use crate::api::mcm::NodeTemplateSpec;
-use crate::api::mcm::names::{LAST_APPLIED_ANNOTATION, MACHINE_NAME_LABEL, NODE_FINALIZER};
+use crate::api::mcm::names::{
+    LAST_APPLIED_ANNOTATION, LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION, MACHINE_NAME_LABEL, NODE_FINALIZER,
+};
 
 fn template_labels(t: &NodeTemplateSpec) -> BTreeMap<String, String> {
     t.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default()
@@ -124,6 +130,54 @@ pub fn node_patch(node: &Node, machine_name: &str, template: Option<&NodeTemplat
     }
     patch.insert("metadata".into(), Value::Object(metadata));
     Some(Value::Object(patch))
+}
+
+/// The two writes that put a class's virtual capacity on a Node: first `status` (a merge patch of the Node's
+/// status subresource), then `record` (a merge patch of its annotations), as MCM orders them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VirtualCapacityPatch {
+    /// Sets the desired resources in `status.capacity` and removes those applied before and no longer desired.
+    pub status: Value,
+    /// Records what is applied now (removed when nothing is).
+    pub record: Value,
+}
+
+/// What brings `node`'s capacity in line with the class's `virtualCapacity` (`desired`; none: empty), or `None`
+/// when it already is. Resources the Node has that were never applied from a class are left alone.
+pub fn virtual_capacity_patch(
+    node: &Node,
+    desired: Option<&BTreeMap<String, Quantity>>,
+) -> Option<VirtualCapacityPatch> {
+    let empty = BTreeMap::new();
+    let desired = desired.unwrap_or(&empty);
+    let recorded = node.metadata.annotations.as_ref().and_then(|a| a.get(LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION));
+    // An unreadable record is treated as empty; it is rewritten below.
+    let last: BTreeMap<String, Quantity> =
+        recorded.and_then(|text| serde_json::from_str(text).ok()).unwrap_or_default();
+    let capacity = node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default();
+    let mut changes = Map::new();
+    for key in last.keys() {
+        if !desired.contains_key(key) && capacity.contains_key(key) {
+            changes.insert(key.clone(), Value::Null);
+        }
+    }
+    for (key, quantity) in desired {
+        if capacity.get(key).map(|q| &q.0) != Some(&quantity.0) {
+            changes.insert(key.clone(), Value::String(quantity.0.clone()));
+        }
+    }
+    if changes.is_empty() {
+        return None;
+    }
+    let record = if desired.is_empty() {
+        Value::Null
+    } else {
+        Value::String(serde_json::to_string(desired).unwrap_or_else(|_| "{}".to_string()))
+    };
+    Some(VirtualCapacityPatch {
+        status: json!({"status": {"capacity": changes}}),
+        record: json!({"metadata": {"annotations": {LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION: record}}}),
+    })
 }
 
 #[cfg(test)]
@@ -275,5 +329,65 @@ mod tests {
             spec: None,
         };
         assert_eq!(node_patch(&n, "m1", Some(&t)), None);
+    }
+
+    fn node_with_capacity(capacity: &[(&str, &str)], record: Option<&str>) -> Node {
+        let mut node = Node::default();
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            capacity: Some(capacity.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()),
+            ..Default::default()
+        });
+        if let Some(record) = record {
+            node.metadata.annotations =
+                Some(BTreeMap::from([(LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION.to_string(), record.to_string())]));
+        }
+        node
+    }
+
+    #[test]
+    fn virtual_capacity() {
+        let q = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
+            pairs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()
+        };
+        let cases: Vec<(&str, Node, Option<BTreeMap<String, Quantity>>, Option<(Value, Value)>)> = vec![
+            ("nothing wanted, nothing applied", node_with_capacity(&[("cpu", "2")], None), None, None),
+            (
+                "added",
+                node_with_capacity(&[("cpu", "2")], None),
+                Some(q(&[("example.com/gpu", "4")])),
+                Some((
+                    json!({"status": {"capacity": {"example.com/gpu": "4"}}}),
+                    json!({"metadata": {"annotations": {LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION: "{\"example.com/gpu\":\"4\"}"}}}),
+                )),
+            ),
+            (
+                "already there",
+                node_with_capacity(&[("cpu", "2"), ("example.com/gpu", "4")], Some("{\"example.com/gpu\":\"4\"}")),
+                Some(q(&[("example.com/gpu", "4")])),
+                None,
+            ),
+            (
+                "changed, one dropped, the kubelet's own left alone",
+                node_with_capacity(&[("cpu", "2"), ("a", "1"), ("b", "1")], Some("{\"a\":\"1\",\"b\":\"1\"}")),
+                Some(q(&[("a", "2")])),
+                Some((
+                    json!({"status": {"capacity": {"a": "2", "b": null}}}),
+                    json!({"metadata": {"annotations": {LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION: "{\"a\":\"2\"}"}}}),
+                )),
+            ),
+            (
+                "all dropped: the record goes",
+                node_with_capacity(&[("cpu", "2"), ("a", "1")], Some("{\"a\":\"1\"}")),
+                None,
+                Some((
+                    json!({"status": {"capacity": {"a": null}}}),
+                    json!({"metadata": {"annotations": {LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION: null}}}),
+                )),
+            ),
+        ];
+        for (name, node, desired, expected) in cases {
+            let got = virtual_capacity_patch(&node, desired.as_ref()).map(|p| (p.status, p.record));
+            assert_eq!(got, expected, "{name}");
+        }
     }
 }

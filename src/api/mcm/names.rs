@@ -64,6 +64,9 @@ pub const LAST_APPLIED_NODE_PRESERVE: &str = "node.machine.sapcloud.io/last-appl
 
 /// Node annotation: JSON of the node template last applied (the base of the three-way merge).
 pub const LAST_APPLIED_ANNOTATION: &str = "node.machine.sapcloud.io/last-applied-anno-labels-taints";
+/// Node annotation: JSON of the class's `nodeTemplate.virtualCapacity` last put into the Node's capacity (the base
+/// for removing keys the class no longer lists).
+pub const LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION: &str = "node.machine.sapcloud.io/last-applied-virtual-capacity";
 /// Node annotation: the node is not managed by MCM (its events are ignored).
 pub const NOT_MANAGED_ANNOTATION: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
 /// The value of [`NOT_MANAGED_ANNOTATION`].

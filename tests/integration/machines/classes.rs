@@ -1,5 +1,5 @@
 //! MachineClass and Secret finalizers follow references; a referenced class cannot be deleted; an invalid node
-//! template keeps machines from being created and says why.
+//! template keeps machines from being created and says why; a class's virtual capacity reaches its Nodes.
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
@@ -106,5 +106,48 @@ async fn invalid_node_template_is_reported_and_blocks_creation() {
     .await;
     assert!(env.dev.cloud.live_vms().is_empty());
     assert_eq!(super::phase_of(&env.machines().get("waits").await.unwrap()), None);
+    env.shutdown().await;
+}
+
+/// The class's `nodeTemplate.virtualCapacity` reaches the Node's capacity and follows the class, as MCM does it:
+/// a changed value is updated, a dropped key removed, the kubelet's own resources left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_classs_virtual_capacity_reaches_its_nodes_capacity() {
+    use kube::api::{Patch, PatchParams};
+    use mcm::api::mcm::names::LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION;
+
+    let env = Env::start(fast_options()).await;
+    let classes: Api<MachineClass> = Api::namespaced(env.client(), NS);
+    env.class("virtual", json!({})).await;
+    let patch = json!({"nodeTemplate": {"virtualCapacity": {"example.com/dongle": "4", "example.com/slot": "1"}}});
+    classes.patch("virtual", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    env.machine("v-1", "virtual").await;
+    env.wait_phase("v-1", MachinePhase::Running, WAIT).await;
+
+    let capacity_of = |node: &k8s_openapi::api::core::v1::Node| {
+        node.status.as_ref().and_then(|s| s.capacity.clone()).unwrap_or_default()
+    };
+    let node = wait_until("the virtual capacity on the Node", WAIT, || async {
+        let node = env.nodes().get("v-1").await.ok()?;
+        (capacity_of(&node).get("example.com/dongle").map(|q| q.0.as_str()) == Some("4")).then_some(node)
+    })
+    .await;
+    let capacity = capacity_of(&node);
+    assert_eq!(capacity["example.com/slot"].0, "1");
+    assert!(capacity.contains_key("cpu") && capacity.contains_key("memory"), "the kubelet's own stay: {capacity:?}");
+    let record = &node.metadata.annotations.as_ref().unwrap()[LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION];
+    assert_eq!(record, r#"{"example.com/dongle":"4","example.com/slot":"1"}"#);
+
+    // The class changes: the value follows, the dropped key goes.
+    let patch = json!({"nodeTemplate": {"virtualCapacity": {"example.com/dongle": "8", "example.com/slot": null}}});
+    classes.patch("virtual", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_until("the new virtual capacity on the Node", WAIT, || async {
+        let capacity = capacity_of(&env.nodes().get("v-1").await.ok()?);
+        let dongle = capacity.get("example.com/dongle").map(|q| q.0.clone());
+        (dongle.as_deref() == Some("8") && !capacity.contains_key("example.com/slot")).then_some(())
+    })
+    .await;
+    let capacity = capacity_of(&env.nodes().get("v-1").await.unwrap());
+    assert!(capacity.contains_key("cpu") && capacity.contains_key("memory"), "{capacity:?}");
     env.shutdown().await;
 }

@@ -4,6 +4,7 @@
 mod dev;
 mod election;
 mod infra;
+mod mcm_command_lines;
 mod metrics;
 mod shutdown;
 

@@ -91,15 +91,24 @@ async fn init_into_another_namespace_takes_every_namespace_reference_along() {
             serde_json::from_str::<Value>(&listed).unwrap()["items"].as_array().unwrap().clone()
         }
     };
-    let namespaced = get("deployments,serviceaccounts,roles,rolebindings,secrets").await;
+    let namespaced =
+        get("deployments,serviceaccounts,roles,rolebindings,secrets,services,certificates.cert-manager.io,issuers.cert-manager.io")
+            .await;
     let kinds: Vec<&str> = namespaced.iter().map(|o| text(o, "/kind")).collect();
-    for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding", "Secret"] {
+    for kind in ["Deployment", "ServiceAccount", "Role", "RoleBinding", "Secret", "Service", "Certificate", "Issuer"] {
         assert!(kinds.contains(&kind), "a {kind} of ours: {kinds:?}");
     }
     for object in &namespaced {
         assert_eq!(text(object, "/metadata/namespace"), "other", "{}", object["metadata"]);
     }
-    let cluster_scoped = get("namespaces,clusterroles,clusterrolebindings").await;
+    let cluster_scoped = get(
+        "namespaces,clusterroles,clusterrolebindings,validatingwebhookconfigurations,mutatingwebhookconfigurations",
+    )
+    .await;
+    let cluster_kinds: Vec<&str> = cluster_scoped.iter().map(|o| text(o, "/kind")).collect();
+    for kind in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"] {
+        assert!(cluster_kinds.contains(&kind), "a {kind} of ours: {cluster_kinds:?}");
+    }
     let namespaces: Vec<&str> =
         cluster_scoped.iter().filter(|o| o["kind"] == "Namespace").map(|o| text(o, "/metadata/name")).collect();
     assert_eq!(namespaces, ["other"]);
@@ -116,7 +125,8 @@ async fn init_into_another_namespace_takes_every_namespace_reference_along() {
     // The leader-election namespace is the Pod's own.
     let args = deployment.pointer("/spec/template/spec/containers/0/args").unwrap();
     assert!(args.as_array().unwrap().iter().any(|a| a == "--leader-elect-resource-namespace=$(POD_NAMESPACE)"));
-    // No object of ours names the default namespace anywhere.
+    // No object of ours names the default namespace anywhere: not the Certificate's DNS names, not the webhooks'
+    // Service reference, not the CA injection annotation.
     for object in namespaced.iter().chain(&cluster_scoped) {
         let text = object.to_string();
         assert!(!text.contains("mcm-system"), "{text}");

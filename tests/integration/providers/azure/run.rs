@@ -43,10 +43,12 @@ async fn mcm_run_at_trace_level_never_logs_the_azure_token_or_secret() {
     env.env.machine("traced", "azure").await;
 
     let mut run = env.spawn("trace", &["--log-level", "trace"]);
-    wait_until("the fake to issue a token and VM traced to exist", WAIT, || async {
+    wait_until("the fake to issue a token, VM traced to exist and the driver to say so", WAIT, || async {
         let token_served = arm.requests().iter().any(|r| r.path.ends_with("/oauth2/v2.0/token") && r.status == 200);
         let authorized = arm.requests().iter().any(|r| r.authorization.as_deref() == Some(&format!("Bearer {TOKEN}")));
-        (token_served && authorized && arm.get(Kind::Vm, "traced").is_some()).then_some(())
+        // The VM exists in the fake before the driver's long-running operation returns and logs it.
+        let logged = run.logs().contains("create: VM created");
+        (token_served && authorized && arm.get(Kind::Vm, "traced").is_some() && logged).then_some(())
     })
     .await;
     run.signal("TERM");
