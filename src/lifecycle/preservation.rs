@@ -254,7 +254,7 @@ fn preserving(
         taints.retain(|t| t.key != PRESERVED_TAINT);
         patch.insert("spec".into(), json!({"taints": taints}));
     }
-    plan.node_patch = (!patch.is_empty()).then(|| Value::Object(patch));
+    plan.node_patch = (!patch.is_empty()).then_some(Value::Object(patch));
 
     if drain {
         plan.drain = Some(drain_options(machine, node, effective, config, now));
@@ -305,7 +305,7 @@ fn stopping(node: NodeView<'_>, expiry: Option<Timestamp>, remove: bool, now: Ti
         taints.retain(|t| t.key != PRESERVED_TAINT);
         patch.insert("spec".into(), json!({"taints": taints}));
     }
-    plan.node_patch = (!patch.is_empty()).then(|| Value::Object(patch));
+    plan.node_patch = (!patch.is_empty()).then_some(Value::Object(patch));
     plan
 }
 
