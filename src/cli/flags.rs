@@ -42,6 +42,9 @@ pub struct MachineControllerFlags {
     /// How long a drain waits for a detached volume to attach elsewhere.
     #[arg(long, value_name = "DURATION", default_value = "90s")]
     pub machine_pv_reattach_timeout: Duration,
+    /// How long a preserved machine stays preserved (`node.machine.sapcloud.io/preserve`).
+    #[arg(long, value_name = "DURATION", default_value = "96h")]
+    pub machine_preserve_timeout: Duration,
     /// Reconciles at once per controller (the machine and termination controllers each get this many).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub concurrent_syncs: u16,
@@ -70,6 +73,7 @@ impl MachineControllerFlags {
             bootstrap_token_auth_extra_groups: self.bootstrap_token_auth_extra_groups.clone(),
             pv_detach_timeout: self.machine_pv_detach_timeout.0,
             pv_reattach_timeout: self.machine_pv_reattach_timeout.0,
+            preserve_timeout: self.machine_preserve_timeout.0,
             ..MachineConfig::default()
         };
         let safety = SafetyConfig {
@@ -191,6 +195,7 @@ mod tests {
             "1m",
             "--node-conditions=Ready,DiskPressure",
             "--max-replacements=3",
+            "--machine-preserve-timeout=3h",
             "--machine-safety-orphan-vms-period=30m",
             "--machine-safety-apiserver-statuscheck-period=2m",
             "--machine-safety-apiserver-statuscheck-timeout=45s",
@@ -200,6 +205,7 @@ mod tests {
         assert_eq!(options.machine.health_timeout, std::time::Duration::from_secs(60));
         assert_eq!(options.machine.node_conditions, ["Ready", "DiskPressure"]);
         assert_eq!(options.machine.max_replacements, 3);
+        assert_eq!(options.machine.preserve_timeout, std::time::Duration::from_secs(3 * 3600));
         assert_eq!(options.safety.orphan_vms_period, std::time::Duration::from_secs(1800));
         assert_eq!(options.safety.apiserver_statuscheck_period, std::time::Duration::from_secs(120));
         assert_eq!(options.safety.apiserver_statuscheck_timeout, std::time::Duration::from_secs(45));

@@ -331,6 +331,7 @@ mod tests {
         "--machine-pv-detach-timeout=2m",
         "--machine-pv-reattach-timeout=90s",
         "--machine-safety-apiserver-statuscheck-timeout=30s",
+        "--machine-preserve-timeout=96h",
         "--machine-safety-orphan-vms-period=15m",
         "--machine-safety-apiserver-statuscheck-period=1m",
         "--node-conditions=KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable",

@@ -100,6 +100,10 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
         }
     }
 
+    if let Some(next) = super::preservation::step(machine, &api, ctx, &effective, now, &mut wake).await? {
+        return Ok(next);
+    }
+
     if !create::needs_creation(machine) {
         return Ok(Next::Wake(wake));
     }

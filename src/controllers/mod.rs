@@ -26,6 +26,7 @@ mod informer;
 mod infra;
 mod machine;
 mod machine_class;
+mod preservation;
 mod replicas;
 mod requeue;
 mod safety;

@@ -40,6 +40,9 @@ pub struct MachineConfig {
     pub unhealthy_node_force_after: Duration,
     /// The drain timeout of a forced drain (MCM: 1 m).
     pub forced_drain_timeout: Duration,
+    /// `--machine-preserve-timeout` (96h): how long a machine stays preserved (`docs/machine-lifecycle.md`
+    /// "Preservation").
+    pub preserve_timeout: Duration,
     /// Back-off of failed steps.
     pub retry: RetryPolicy,
     /// The longest a machine goes unreconciled (MCM's LongRetry, 10m): a backstop for missed events.
@@ -62,6 +65,7 @@ impl Default for MachineConfig {
             evict_retry_interval: Duration::from_secs(20),
             unhealthy_node_force_after: Duration::from_secs(300),
             forced_drain_timeout: Duration::from_secs(60),
+            preserve_timeout: Duration::from_secs(96 * 3600),
             retry: RetryPolicy::default(),
             resync: Duration::from_secs(600),
         }
@@ -103,6 +107,8 @@ pub struct Effective {
     pub node_conditions: Vec<String>,
     /// `spec.disableHealthTimeout`.
     pub disable_health_timeout: bool,
+    /// Preserve timeout: `spec.machinePreserveTimeout`, then the flag.
+    pub preserve_timeout: Duration,
 }
 
 impl Effective {
@@ -131,6 +137,7 @@ impl Effective {
                 .map(parse_node_conditions)
                 .unwrap_or_else(|| config.node_conditions.clone()),
             disable_health_timeout: c.disable_health_timeout.unwrap_or(false),
+            preserve_timeout: c.machine_preserve_timeout.map(|d| d.0).unwrap_or(config.preserve_timeout),
         }
     }
 }
@@ -167,6 +174,7 @@ mod tests {
             max_evict_retries: Some(9),
             node_conditions: Some("Ready, DiskPressure,".into()),
             disable_health_timeout: Some(true),
+            machine_preserve_timeout: Some(GoDuration(mins(30))),
             ..Default::default()
         };
         let cases = [
@@ -194,6 +202,17 @@ mod tests {
             );
             assert_eq!((e.node_conditions.len(), e.disable_health_timeout), (conditions, disabled), "{name}");
         }
+    }
+
+    #[test]
+    fn preserve_timeout_is_the_machines_then_the_flags() {
+        let config = MachineConfig::default();
+        assert_eq!(
+            Effective::of(&machine(MachineConfiguration::default(), None), &config).preserve_timeout,
+            mins(96 * 60)
+        );
+        let own = MachineConfiguration { machine_preserve_timeout: Some(GoDuration(mins(30))), ..Default::default() };
+        assert_eq!(Effective::of(&machine(own, None), &config).preserve_timeout, mins(30));
     }
 
     #[test]

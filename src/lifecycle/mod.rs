@@ -42,6 +42,7 @@ pub mod machine_set;
 pub mod names;
 pub mod node_sync;
 mod object_meta;
+pub mod preservation;
 pub(crate) use object_meta::merge_patch_of;
 pub mod replacement;
 pub mod requeue;

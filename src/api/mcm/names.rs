@@ -59,6 +59,10 @@ pub const PRESERVE: &str = "node.machine.sapcloud.io/preserve";
 pub const PRESERVE_AUTO: &str = "auto-preserved";
 /// Machine annotation recording that the preserve value came from the Node.
 pub const LAST_APPLIED_NODE_PRESERVE: &str = "node.machine.sapcloud.io/last-applied-node-preserve-value";
+/// The NoSchedule taint on the Node of a preserved Failed machine (instead of a cordon, which stays the user's).
+pub const PRESERVED_TAINT: &str = "node.machine.sapcloud.io/preserved";
+/// The Node condition type that reports preservation.
+pub const PRESERVED_CONDITION: &str = "Preserved";
 
 // Annotations on Nodes.
 

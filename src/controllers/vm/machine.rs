@@ -134,7 +134,7 @@ impl<'a> MachineVm<'a> {
     }
 
     /// The driver and request of the machine's class in the store.
-    fn cloud_of(&self, machine: &Machine) -> Result<Cloud, DriverError> {
+    pub(crate) fn cloud_of(&self, machine: &Machine) -> Result<Cloud, DriverError> {
         let namespace = machine.namespace().unwrap_or_default();
         let class =
             self.ctx.classes.get(&ObjectRef::new(&machine.spec.class.name).within(&namespace)).ok_or_else(|| {

@@ -6,6 +6,7 @@ mod deletion;
 mod drain;
 mod failures;
 mod lifecycle;
+mod preservation;
 mod resilience;
 mod safety;
 
