@@ -332,11 +332,13 @@ mod tests {
     }
 
     fn node_with_capacity(capacity: &[(&str, &str)], record: Option<&str>) -> Node {
-        let mut node = Node::default();
-        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-            capacity: Some(capacity.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()),
+        let mut node = Node {
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                capacity: Some(capacity.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         if let Some(record) = record {
             node.metadata.annotations =
                 Some(BTreeMap::from([(LAST_APPLIED_VIRTUAL_CAPACITY_ANNOTATION.to_string(), record.to_string())]));
@@ -349,7 +351,9 @@ mod tests {
         let q = |pairs: &[(&str, &str)]| -> BTreeMap<String, Quantity> {
             pairs.iter().map(|(k, v)| (k.to_string(), Quantity(v.to_string()))).collect()
         };
-        let cases: Vec<(&str, Node, Option<BTreeMap<String, Quantity>>, Option<(Value, Value)>)> = vec![
+        // (case, node, the class's virtual capacity, the expected status and record patches)
+        type Case<'a> = (&'a str, Node, Option<BTreeMap<String, Quantity>>, Option<(Value, Value)>);
+        let cases: Vec<Case<'_>> = vec![
             ("nothing wanted, nothing applied", node_with_capacity(&[("cpu", "2")], None), None, None),
             (
                 "added",
