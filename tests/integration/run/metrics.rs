@@ -48,7 +48,7 @@ async fn metrics_follow_a_scale_up_and_match_the_clouds_counters() {
         let before = cloud.stats();
         let m = run.scrape().await;
         let after = cloud.stats();
-        let op = |name: &str| m.sum("mcm_cloud_api_requests_total", &[&format!("operation=\"{name}\"")]) as u64;
+        let op = |name: &str| m.sum("mcm_controller_driver_calls_total", &[&format!("operation=\"{name}\"")]) as u64;
         let counted = [op("create_machine"), op("get_machine_status"), op("list_machines"), op("delete_machine")];
         let expected = [before.creates, before.status_gets, before.lists, before.deletes];
         (before == after && counted == expected).then_some(())

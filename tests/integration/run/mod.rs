@@ -273,6 +273,6 @@ impl Metrics {
 
     /// Machines in `phase`.
     pub fn phase(&self, phase: &str) -> f64 {
-        self.get(&format!("mcm_machine_items_by_phase{{phase=\"{phase}\"}}"))
+        self.get(&format!("mcm_controller_machines_by_phase{{phase=\"{phase}\"}}"))
     }
 }
