@@ -157,6 +157,9 @@ type Labels = Vec<(&'static str, String)>;
 /// One number of a MachineDeployment (a gauge's value).
 type DeploymentValue<'a> = dyn Fn(&MachineDeployment) -> i64 + 'a;
 
+/// A number a MachineDeployment may not set (no series then).
+type OptionalValue<'a> = dyn Fn(&MachineDeployment) -> Option<i64> + 'a;
+
 fn gauge_family(encoder: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Labels, i64)]) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, value) in rows {
@@ -443,7 +446,7 @@ impl Collector for ObjectMetrics {
                 let rolling = strategy.type_.as_ref().map(text).is_none_or(|t| t == "RollingUpdate");
                 strategy.rolling_update.clone().filter(|_| rolling)
             };
-            let optional: [(&str, &str, &dyn Fn(&MachineDeployment) -> Option<i64>); 6] = [
+            let optional: [(&str, &str, &OptionalValue<'_>); 6] = [
                 (
                     "mcm_machine_deployment_info_spec_rolling_update_max_surge",
                     "spec.strategy.rollingUpdate.maxSurge (a percentage shows 0)",

@@ -107,6 +107,9 @@ pub struct Running {
     next: Arc<AtomicU64>,
 }
 
+/// A controller, the seconds its running reconciles have run, and the longest one's.
+type InProgress = (&'static str, f64, f64);
+
 /// Takes a running reconcile off [`Running`] (and the in-flight gauge down) when dropped.
 struct RunningGuard {
     running: Running,
@@ -137,7 +140,7 @@ impl Running {
     }
 
     /// Per controller seen: the seconds all running reconciles have run, and the longest one's.
-    fn in_progress(&self) -> Vec<(&'static str, f64, f64)> {
+    fn in_progress(&self) -> Vec<InProgress> {
         let Ok(started) = self.started.lock() else { return Vec::new() };
         let now = Instant::now();
         started
@@ -154,22 +157,26 @@ impl Running {
 impl Collector for Running {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let rows = self.in_progress();
-        let families: [(&str, &str, fn(&(&str, f64, f64)) -> f64); 2] = [
+        let unfinished: Vec<(&str, f64)> = rows.iter().map(|r| (r.0, r.1)).collect();
+        let longest: Vec<(&str, f64)> = rows.iter().map(|r| (r.0, r.2)).collect();
+        let families = [
             (
                 "mcm_workqueue_unfinished_work_seconds",
                 "Seconds the running reconciles have been running, summed",
-                |r| r.1,
+                unfinished,
             ),
-            ("mcm_workqueue_longest_running_processor_seconds", "Seconds the longest running reconcile has run", |r| {
-                r.2
-            }),
+            (
+                "mcm_workqueue_longest_running_processor_seconds",
+                "Seconds the longest running reconcile has run",
+                longest,
+            ),
         ];
-        for (name, help, value) in families {
+        for (name, help, values) in families {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for row in &rows {
-                let labels = [("name", row.0)];
+            for (controller, value) in values {
+                let labels = [("name", controller)];
                 let family = metric.encode_family(&labels)?;
-                prometheus_client::metrics::gauge::ConstGauge::new(value(row)).encode(family)?;
+                prometheus_client::metrics::gauge::ConstGauge::new(value).encode(family)?;
             }
         }
         Ok(())
