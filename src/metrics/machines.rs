@@ -196,4 +196,19 @@ mod tests {
         assert!(!text.contains("mcm_machine_join_duration_seconds{"), "{text}");
         assert!(!text.contains("mcm_machine_drain_duration_seconds{"), "{text}");
     }
+
+    #[test]
+    fn stale_is_failed_by_the_health_check() {
+        let with = |phase: &str, op: &str| {
+            let mut m = machine(serde_json::json!({"name": "workers"}));
+            m.status = serde_json::from_value(serde_json::json!({
+                "currentStatus": {"phase": phase}, "lastOperation": {"type": op, "state": "Failed"},
+            }))
+            .unwrap();
+            stale(&m)
+        };
+        assert!(with("Failed", "HealthCheck"));
+        assert!(!with("Failed", "Create"), "a failed creation is not stale");
+        assert!(!with("Unknown", "HealthCheck"));
+    }
 }
