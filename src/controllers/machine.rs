@@ -23,8 +23,8 @@ use super::error::{Error, is_conflict, is_not_found};
 use super::vm::create::Created;
 use super::vm::machine::MachineVm;
 use super::{requeue, vm, writes};
-use crate::api::mcm::Machine;
 use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER, NODE_FINALIZER};
+use crate::api::mcm::{Machine, MachinePhase};
 use crate::lifecycle::class::{self, ClassProblem};
 use crate::lifecycle::create;
 use crate::lifecycle::health::{self, Health};
@@ -32,6 +32,7 @@ use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::{self, EventSpec, StatusPatch};
 use crate::lifecycle::userdata::{self, BOOTSTRAP_TOKEN_NAMESPACE};
 use crate::lifecycle::{Effective, RetryClass, clock, node_sync, replacement};
+use crate::metrics::Step;
 
 /// Reconciles a machine that is not being deleted.
 pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -128,8 +129,19 @@ async fn health_step(
     match health::decide(machine, node_name, node, now, effective) {
         Health::Steady { wake_at } => Ok(Some(Next::Wake(wake_at)).filter(|_| wake_at.is_some())),
         Health::Update { patch, joined, wake_at } => {
+            // MCM's join metrics: the first join's duration, or Pending -> Failed at the creation timeout.
+            let failed_join = status::phase(machine) == Some(&MachinePhase::Pending)
+                && patch.current_status.as_ref().and_then(|c| c.phase.as_ref()) == Some(&MachinePhase::Failed);
             writes::machine_status(ctx, api, machine, patch).await?;
+            let class = ObjectRef::new(&machine.spec.class.name).within(&machine.namespace().unwrap_or_default());
+            let class = ctx.classes.get(&class);
+            let instance_type =
+                class.as_ref().and_then(|c| Some(c.spec.node_template.as_ref()?.instance_type.as_str()));
+            if failed_join {
+                ctx.metrics.machines.failed_to_join(machine, instance_type);
+            }
             if let Some(took) = joined {
+                ctx.metrics.machines.record(Step::Join, machine, instance_type, took);
                 joined_cluster(machine, api, ctx, took).await?;
             }
             Ok(Some(Next::Wake(wake_at)).filter(|_| wake_at.is_some()))

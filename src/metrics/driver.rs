@@ -4,17 +4,14 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{CallLabels, CloudMetrics, CodeLabels, FailedLabels, LifecycleLabels};
+use super::{CallLabels, CloudMetrics, CodeLabels, FailedLabels, ServiceLabels};
 use crate::providers::{
     CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, DriverRegistry, GetVolumeIdsRequest,
     InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse,
 };
 
-/// The Node label MCM takes a machine's zone from.
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
-
-/// A driver whose calls are counted (`mcm_cloud_api_requests_total`, `..._failed_total`) and timed
-/// (`mcm_cloud_driver_request_duration_seconds`).
+/// A driver whose calls are counted and timed: MCM's `mcm_cloud_api_*` families (a driver call stands for a
+/// cloud request, its method for the service) and our `mcm_controller_driver_calls_total`.
 pub struct MeteredDriver {
     inner: Arc<dyn Driver>,
     metrics: CloudMetrics,
@@ -26,22 +23,9 @@ impl MeteredDriver {
         MeteredDriver { inner, metrics }
     }
 
-    /// MCM's lifecycle labels of a machine's request.
-    fn lifecycle_labels(&self, request: &MachineRequest) -> LifecycleLabels {
-        let template_labels = request.machine.node_template.as_ref().and_then(|t| t.metadata.as_ref()?.labels.as_ref());
-        LifecycleLabels {
-            namespace: request.machine.namespace.clone(),
-            machine_deployment: request.machine.labels.get("name").cloned().unwrap_or_default(),
-            instance_type: request.class.node_template.as_ref().map(|t| t.instance_type.clone()).unwrap_or_default(),
-            zone: template_labels.and_then(|l| l.get(ZONE_LABEL)).cloned().unwrap_or_default(),
-            provider: self.inner.provider().to_string(),
-        }
-    }
-
     async fn timed<T>(
         &self,
         operation: &'static str,
-        lifecycle: Option<LifecycleLabels>,
         call: impl Future<Output = Result<T, DriverError>>,
     ) -> Result<T, DriverError> {
         let started = std::time::Instant::now();
@@ -52,10 +36,10 @@ impl MeteredDriver {
             Ok(_) => "OK".to_string(),
             Err(e) => e.code.as_str().to_string(),
         };
-        let call_labels = CallLabels { provider: provider.clone(), operation: operation.to_string() };
-        self.metrics.duration.get_or_create(&call_labels).observe(seconds);
-        self.metrics
-            .requests
+        let m = &self.metrics;
+        let service = ServiceLabels { provider: provider.clone(), service: operation.to_string() };
+        m.requests.get_or_create(&service).inc();
+        m.calls
             .get_or_create(&CodeLabels {
                 provider: provider.clone(),
                 operation: operation.to_string(),
@@ -63,21 +47,18 @@ impl MeteredDriver {
             })
             .inc();
         match &result {
+            Ok(_) => {
+                m.request_duration.get_or_create(&service).observe(seconds);
+                m.driver_duration
+                    .get_or_create(&CallLabels { provider, operation: operation.to_string() })
+                    .observe(seconds);
+            }
             Err(_) => {
-                self.metrics
-                    .failed
+                m.requests_failed.get_or_create(&service).inc();
+                m.driver_failed
                     .get_or_create(&FailedLabels { provider, operation: operation.to_string(), error_code: code })
                     .inc();
             }
-            Ok(_) => match (operation, lifecycle) {
-                ("create_machine", Some(labels)) => {
-                    self.metrics.create_duration.get_or_create(&labels).observe(seconds)
-                }
-                ("delete_machine", Some(labels)) => {
-                    self.metrics.delete_duration.get_or_create(&labels).observe(seconds)
-                }
-                _ => {}
-            },
         }
         result
     }
@@ -90,27 +71,27 @@ impl Driver for MeteredDriver {
     }
 
     async fn create_machine(&self, request: &MachineRequest) -> Result<CreateMachineResponse, DriverError> {
-        self.timed("create_machine", Some(self.lifecycle_labels(request)), self.inner.create_machine(request)).await
+        self.timed("create_machine", self.inner.create_machine(request)).await
     }
 
     async fn initialize_machine(&self, request: &MachineRequest) -> Result<InitializeMachineResponse, DriverError> {
-        self.timed("initialize_machine", None, self.inner.initialize_machine(request)).await
+        self.timed("initialize_machine", self.inner.initialize_machine(request)).await
     }
 
     async fn delete_machine(&self, request: &MachineRequest) -> Result<DeleteMachineResponse, DriverError> {
-        self.timed("delete_machine", Some(self.lifecycle_labels(request)), self.inner.delete_machine(request)).await
+        self.timed("delete_machine", self.inner.delete_machine(request)).await
     }
 
     async fn get_machine_status(&self, request: &MachineRequest) -> Result<MachineStatusResponse, DriverError> {
-        self.timed("get_machine_status", None, self.inner.get_machine_status(request)).await
+        self.timed("get_machine_status", self.inner.get_machine_status(request)).await
     }
 
     async fn list_machines(&self, request: &ListMachinesRequest) -> Result<BTreeMap<String, String>, DriverError> {
-        self.timed("list_machines", None, self.inner.list_machines(request)).await
+        self.timed("list_machines", self.inner.list_machines(request)).await
     }
 
     async fn get_volume_ids(&self, request: &GetVolumeIdsRequest) -> Result<Vec<String>, DriverError> {
-        self.timed("get_volume_ids", None, self.inner.get_volume_ids(request)).await
+        self.timed("get_volume_ids", self.inner.get_volume_ids(request)).await
     }
 }
 
@@ -164,21 +145,18 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code, Code::NotFound);
         let text = metrics.encode();
-        assert!(
-            text.contains(
-                r#"mcm_cloud_api_requests_total{provider="InMemory",operation="create_machine",code="OK"} 1"#
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(r#"mcm_cloud_driver_requests_failed_total{provider="InMemory",operation="get_machine_status",error_code="NotFound"} 1"#),
-            "{text}"
-        );
-        assert!(text.contains("mcm_cloud_driver_request_duration_seconds_count"), "{text}");
-        assert!(
-            text.contains(r#"mcm_machine_create_duration_seconds_count{namespace="default",machine_deployment="workers",instance_type="",zone="zone-a",provider="InMemory"} 1"#),
-            "MCM's labels: {text}"
-        );
+        for series in [
+            r#"mcm_controller_driver_calls_total{provider="InMemory",operation="create_machine",code="OK"} 1"#,
+            r#"mcm_cloud_api_requests_total{provider="InMemory",service="create_machine"} 1"#,
+            r#"mcm_cloud_api_requests_failed_total{provider="InMemory",service="get_machine_status"} 1"#,
+            r#"mcm_cloud_api_driver_requests_failed_total{provider="InMemory",operation="get_machine_status",error_code="NotFound"} 1"#,
+            r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="InMemory",operation="create_machine"} 1"#,
+            r#"mcm_cloud_api_api_request_duration_seconds_count{provider="InMemory",service="create_machine"} 1"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
+        // MCM times successful calls only.
+        assert!(!text.contains(r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="InMemory",operation="get_machine_status"}"#), "{text}");
         assert_eq!(cloud.stats().creates, 1);
     }
 }

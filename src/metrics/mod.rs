@@ -1,12 +1,18 @@
 //! Every metric we export, in one place: the registry of `mcm run` ([`Metrics`]), the cloud call families the
-//! [`MeteredDriver`] fills, the object gauges ([`ObjectMetrics`]: MCM's `mcm_*` names) and the reconcile and drain
-//! families the controllers fill ([`ReconcileMetrics`]).
+//! [`MeteredDriver`] fills, the object gauges ([`ObjectMetrics`]) and the families the controllers fill
+//! ([`ReconcileMetrics`]: machine lifecycle durations, workqueue equivalents, reconciles).
+//!
+//! Every family upstream MCM exports is listed in `mcm_families.txt` (name, type, labels); the ones we can fill
+//! carry MCM's name, type, labels and meaning. Ours beyond MCM's are named `mcm_controller_*` and
+//! `mcm_leader_election_master_status`.
 //!
 //! Imports `api` and the driver contract of `providers`; `controllers`, `telemetry` and the programs import it.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,17 +20,21 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 mod driver;
+#[cfg(test)]
+mod families;
+mod machines;
 mod objects;
 mod reconcile;
 
 pub use driver::{MeteredDriver, metered};
+pub use machines::{MachineMetrics, Step, since, stale};
 pub use objects::ObjectMetrics;
 pub use reconcile::{ReconcileMetrics, timed};
 
 /// The gauge that is 1 while machine reconciles are frozen (MCM's safety controller).
 pub const FROZEN_METRIC: &str = "mcm_machine_controller_frozen";
 
-/// Labels of a driver call.
+/// Labels of a driver call (MCM's `mcm_cloud_api_driver_request_duration_seconds`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     /// `MachineClass.provider`.
@@ -33,7 +43,7 @@ pub struct CallLabels {
     pub operation: String,
 }
 
-/// Labels of a finished driver call.
+/// Labels of a finished driver call (our `mcm_controller_driver_calls_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CodeLabels {
     /// `MachineClass.provider`.
@@ -44,7 +54,7 @@ pub struct CodeLabels {
     pub code: String,
 }
 
-/// Labels of a failed driver call (MCM's `error_code` label name).
+/// Labels of a failed driver call (MCM's `mcm_cloud_api_driver_requests_failed_total`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailedLabels {
     /// `MachineClass.provider`.
@@ -55,20 +65,36 @@ pub struct FailedLabels {
     pub error_code: String,
 }
 
-/// Labels of MCM's machine lifecycle durations (`mcm_machine_create_duration_seconds`, ...): MCM's four, plus the
-/// provider.
+/// Labels of MCM's cloud request families (`mcm_cloud_api_requests_total`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    /// `MachineClass.provider`.
+    pub provider: String,
+    /// The cloud service; we count driver calls, so this is the driver method.
+    pub service: String,
+}
+
+/// Labels of MCM's `mcm_misc_scrape_failure_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScrapeLabels {
+    /// MCM's program name (`machine-controller-manager-provider` for the machine families,
+    /// `machine-controller-manager` for the MachineSet and MachineDeployment ones).
+    pub binary: String,
+    /// What could not be listed (`Machine-count`, `Machineset-count`, `Machinedeployment-count`).
+    pub kind: String,
+}
+
+/// Labels of MCM's machine lifecycle families (`mcm_machine_create_duration_seconds`, ...).
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LifecycleLabels {
     /// The Machine's namespace.
     pub namespace: String,
-    /// The Machine's label `name` (the MachineDeployment, as Gardener sets it), or empty.
+    /// The Machine's label `name` (the MachineDeployment, as Gardener sets it).
     pub machine_deployment: String,
     /// The class's `nodeTemplate.instanceType`, or empty.
     pub instance_type: String,
     /// The label `topology.kubernetes.io/zone` of the Machine's nodeTemplate, or empty.
     pub zone: String,
-    /// `MachineClass.provider`.
-    pub provider: String,
 }
 
 fn latency_histogram() -> Histogram {
@@ -79,30 +105,50 @@ fn latency_histogram() -> Histogram {
 /// A family of histograms whose buckets come from a plain constructor function.
 pub type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// A gauge of seconds (MCM's durations are gauges set to the last value).
+pub type SecondsGauge = Gauge<f64, AtomicU64>;
+
+/// Shows a metric with the OpenMetrics type `unknown`: for MCM's counters whose name has no `_total`
+/// (`mcm_machine_num_failed_join`), which an OpenMetrics counter cannot carry; the series keeps MCM's name.
+#[derive(Clone, Debug, Default)]
+pub struct Untyped<M>(pub M);
+
+impl<M: EncodeMetric> EncodeMetric for Untyped<M> {
+    fn encode(&self, encoder: prometheus_client::encoding::MetricEncoder) -> std::fmt::Result {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
+}
+
 /// The cloud call families.
 #[derive(Clone, Debug)]
 pub struct CloudMetrics {
-    /// `mcm_cloud_api_requests_total{provider,operation,code}`.
-    pub requests: Family<CodeLabels, Counter>,
-    /// `mcm_cloud_driver_requests_failed_total{provider,operation,error_code}` (MCM's name).
-    pub failed: Family<FailedLabels, Counter>,
-    /// `mcm_cloud_driver_request_duration_seconds{provider,operation}` (MCM's name).
-    pub duration: Family<CallLabels, Histogram, fn() -> Histogram>,
-    /// `mcm_machine_create_duration_seconds{namespace,machine_deployment,instance_type,zone,provider}` (MCM's
-    /// name): successful `create_machine` calls.
-    pub create_duration: Family<LifecycleLabels, Histogram, fn() -> Histogram>,
-    /// `mcm_machine_delete_duration_seconds{...}` (MCM's name, same labels): successful `delete_machine` calls.
-    pub delete_duration: Family<LifecycleLabels, Histogram, fn() -> Histogram>,
+    /// Ours: `mcm_controller_driver_calls_total{provider,operation,code}`, every driver call by result.
+    pub calls: Family<CodeLabels, Counter>,
+    /// MCM's `mcm_cloud_api_requests_total{provider,service}`: one per driver call.
+    pub requests: Family<ServiceLabels, Counter>,
+    /// MCM's `mcm_cloud_api_requests_failed_total{provider,service}`: one per failed driver call.
+    pub requests_failed: Family<ServiceLabels, Counter>,
+    /// MCM's `mcm_cloud_api_api_request_duration_seconds{provider,service}`: successful driver calls.
+    pub request_duration: HistogramFamily<ServiceLabels>,
+    /// MCM's `mcm_cloud_api_driver_request_duration_seconds{provider,operation}`: successful driver calls.
+    pub driver_duration: HistogramFamily<CallLabels>,
+    /// MCM's `mcm_cloud_api_driver_requests_failed_total{provider,operation,error_code}`.
+    pub driver_failed: Family<FailedLabels, Counter>,
 }
 
 impl Default for CloudMetrics {
     fn default() -> Self {
         CloudMetrics {
+            calls: Family::default(),
             requests: Family::default(),
-            failed: Family::default(),
-            duration: Family::new_with_constructor(latency_histogram),
-            create_duration: Family::new_with_constructor(latency_histogram),
-            delete_duration: Family::new_with_constructor(latency_histogram),
+            requests_failed: Family::default(),
+            request_duration: Family::new_with_constructor(latency_histogram),
+            driver_duration: Family::new_with_constructor(latency_histogram),
+            driver_failed: Family::default(),
         }
     }
 }
@@ -117,6 +163,9 @@ pub struct Metrics {
     pub objects: ObjectMetrics,
     /// `mcm_leader_election_master_status`: 1 while this process leads (or runs without leader election).
     pub leader: Gauge,
+    /// MCM's `mcm_misc_scrape_failure_total{binary,kind}`: our gauges read reflector stores, which cannot fail, so
+    /// it stays without series unless a scrape cannot read a store.
+    pub scrape_failures: Family<ScrapeLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -137,29 +186,40 @@ impl Metrics {
         let mut registry = Registry::default();
         let cloud = CloudMetrics::default();
         registry.register(
-            "mcm_cloud_api_requests",
+            "mcm_controller_driver_calls",
             "Driver calls by provider, operation and result code (OK or MCM's error code)",
+            cloud.calls.clone(),
+        );
+        registry.register(
+            "mcm_cloud_api_requests",
+            "Cloud requests (driver calls) by provider and service",
             cloud.requests.clone(),
         );
         registry.register(
-            "mcm_cloud_driver_requests_failed",
+            "mcm_cloud_api_requests_failed",
+            "Failed cloud requests (driver calls) by provider and service",
+            cloud.requests_failed.clone(),
+        );
+        registry.register(
+            "mcm_cloud_api_api_request_duration_seconds",
+            "Duration of successful cloud requests (driver calls) by provider and service",
+            cloud.request_duration.clone(),
+        );
+        registry.register(
+            "mcm_cloud_api_driver_request_duration_seconds",
+            "Duration of successful driver calls by provider and operation",
+            cloud.driver_duration.clone(),
+        );
+        registry.register(
+            "mcm_cloud_api_driver_requests_failed",
             "Failed driver calls by provider, operation and MCM error code",
-            cloud.failed.clone(),
+            cloud.driver_failed.clone(),
         );
+        let scrape_failures = Family::<ScrapeLabels, Counter>::default();
         registry.register(
-            "mcm_cloud_driver_request_duration_seconds",
-            "Duration of driver calls by provider and operation",
-            cloud.duration.clone(),
-        );
-        registry.register(
-            "mcm_machine_create_duration_seconds",
-            "Duration of successful create_machine calls",
-            cloud.create_duration.clone(),
-        );
-        registry.register(
-            "mcm_machine_delete_duration_seconds",
-            "Duration of successful delete_machine calls",
-            cloud.delete_duration.clone(),
+            "mcm_misc_scrape_failure",
+            "Scrapes that could not list their objects, by kind",
+            scrape_failures.clone(),
         );
         let leader = Gauge::default();
         registry.register(
@@ -169,7 +229,7 @@ impl Metrics {
         );
         let objects = ObjectMetrics::default();
         registry.register_collector(Box::new(objects.clone()));
-        Metrics { registry: Arc::new(Mutex::new(registry)), cloud, objects, leader }
+        Metrics { registry: Arc::new(Mutex::new(registry)), cloud, objects, leader, scrape_failures }
     }
 
     /// Registers another metric (e.g. a controller's own gauge).

@@ -1,6 +1,8 @@
-//! Gauges of the control cluster's objects, computed at scrape time from reflector stores: machine counts by
-//! phase and each machine's phase (MCM's `mcm_machine_current_status_phase`), MachineSet and MachineDeployment
-//! replica gauges with MCM's names, and the safety controller's frozen gauge.
+//! Gauges of the control cluster's objects, computed at scrape time from reflector stores: MCM's machine,
+//! MachineSet and MachineDeployment families (counts, info, spec and status numbers, conditions, failed machines)
+//! with MCM's names, labels and values, our `mcm_controller_machines_by_phase`, and the safety controller's frozen
+//! gauge. Unlike MCM's gauge vectors, which keep a deleted object's series until a restart, a scrape shows the
+//! objects that exist.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +18,7 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::api::mcm::{Machine, MachineDeployment, MachinePhase, MachineSet};
+use crate::api::mcm::{Machine, MachineDeployment, MachinePhase, MachineSet, MachineSummary};
 
 /// Every phase a machine can be counted in; `Creating` stands for an absent phase.
 pub const PHASES: [&str; 11] = [
@@ -120,6 +122,28 @@ impl ObjectMetrics {
         (all_rx, vec![t1, t2, t3, t4])
     }
 
+    /// Shows these objects (a test's stand-in for [`ObjectMetrics::watch`]).
+    #[cfg(test)]
+    pub(crate) fn show(&self, machines: Vec<Machine>, sets: Vec<MachineSet>, deployments: Vec<MachineDeployment>) {
+        fn store<K>(objects: Vec<K>) -> Store<K>
+        where
+            K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+        {
+            let (reader, mut writer) = reflector::store();
+            for o in objects {
+                writer.apply_watcher_event(&watcher::Event::Apply(o));
+            }
+            reader
+        }
+        if let Ok(mut stores) = self.stores.lock() {
+            *stores = Stores {
+                machines: Some(store(machines)),
+                sets: Some(store(sets)),
+                deployments: Some(store(deployments)),
+            };
+        }
+    }
+
     /// Shows `gauge` as `mcm_machine_controller_frozen` (the running controllers' freeze flag); `None` shows 0.
     pub fn set_frozen_gauge(&self, gauge: Option<Gauge>) {
         if let Ok(mut slot) = self.frozen.lock() {
@@ -132,6 +156,9 @@ type Labels = Vec<(&'static str, String)>;
 
 /// One number of a MachineDeployment (a gauge's value).
 type DeploymentValue<'a> = dyn Fn(&MachineDeployment) -> i64 + 'a;
+
+/// A number a MachineDeployment may not set (no series then).
+type OptionalValue<'a> = dyn Fn(&MachineDeployment) -> Option<i64> + 'a;
 
 fn gauge_family(encoder: &mut DescriptorEncoder, name: &str, help: &str, rows: &[(Labels, i64)]) -> std::fmt::Result {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -149,6 +176,74 @@ fn single(encoder: &mut DescriptorEncoder, name: &str, help: &str, value: i64) -
 
 fn key(namespace: Option<String>, name: String) -> Labels {
     vec![("name", name), ("namespace", namespace.unwrap_or_default())]
+}
+
+/// A string enum's or struct's JSON text (`RollingUpdate`, `Running`), empty when it has none.
+fn text<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+/// A creation timestamp in Unix seconds, as MCM's `createdAt` label.
+fn created_at(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or_default().to_string()
+}
+
+/// MCM's value of a condition status: True 1, False 0, Unknown 2.
+fn condition_value(status: &str) -> i64 {
+    match status {
+        "True" => 1,
+        "Unknown" => 2,
+        _ => 0,
+    }
+}
+
+/// The rows of a condition family: one per condition of each object.
+fn condition_rows<'a>(items: impl Iterator<Item = (Labels, Vec<(String, String)>)> + 'a) -> Vec<(Labels, i64)> {
+    let mut rows = Vec::new();
+    for (key, conditions) in items {
+        for (type_, status) in conditions {
+            let mut labels = key.clone();
+            labels.push(("condition", type_));
+            rows.push((labels, condition_value(&status)));
+        }
+    }
+    rows
+}
+
+/// The rows of a failed-machines family: 1 per failed machine of each object.
+fn failed_rows(key: &Labels, failed: Option<&Vec<MachineSummary>>) -> Vec<(Labels, i64)> {
+    failed
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let op = m.last_operation.clone().unwrap_or_default();
+            let mut labels = key.clone();
+            labels.extend([
+                ("failed_machine_name", m.name.clone().unwrap_or_default()),
+                ("failed_machine_provider_id", m.provider_id.clone().unwrap_or_default()),
+                ("failed_machine_owner_ref", m.owner_ref.clone().unwrap_or_default()),
+                ("failed_machine_last_operation_state", op.state.as_ref().map(text).unwrap_or_default()),
+                (
+                    "failed_machine_last_operation_machine_operation_type",
+                    op.type_.as_ref().map(text).unwrap_or_default(),
+                ),
+            ]);
+            (labels, 1)
+        })
+        .collect()
+}
+
+/// An `IntOrString` as Kubernetes' `IntValue`: the number, or a string's integer parse (0 for a percentage).
+fn int_value(value: Option<&k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>) -> i64 {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    match value {
+        Some(IntOrString::Int(i)) => i64::from(*i),
+        Some(IntOrString::String(s)) => s.parse().unwrap_or(0),
+        None => 0,
+    }
 }
 
 impl Collector for ObjectMetrics {
@@ -170,7 +265,40 @@ impl Collector for ObjectMetrics {
             single(&mut encoder, "mcm_machine_items_total", "Machines", machines.len() as i64)?;
             let rows: Vec<(Labels, i64)> =
                 by_phase.into_iter().map(|(phase, n)| (vec![("phase", phase.to_string())], n)).collect();
-            gauge_family(&mut encoder, "mcm_machine_items_by_phase", "Machines by status.currentStatus.phase", &rows)?;
+            gauge_family(
+                &mut encoder,
+                "mcm_controller_machines_by_phase",
+                "Machines by status.currentStatus.phase (Creating: none yet)",
+                &rows,
+            )?;
+            let info: Vec<(Labels, i64)> = machines
+                .iter()
+                .map(|m| {
+                    let class = &m.spec.class;
+                    let mut labels = key(m.namespace(), m.name_any());
+                    labels.extend([
+                        ("createdAt", created_at(&m.metadata)),
+                        ("spec_provider_id", m.spec.provider_id.clone().unwrap_or_default()),
+                        ("spec_class_api_group", class.api_group.clone().unwrap_or_default()),
+                        ("spec_class_kind", class.kind.clone()),
+                        ("spec_class_name", class.name.clone()),
+                        ("node_name", m.labels().get("node").cloned().unwrap_or_default()),
+                    ]);
+                    (labels, 1)
+                })
+                .collect();
+            gauge_family(&mut encoder, "mcm_machine_info", "Each machine (1) with its identity as labels", &info)?;
+            let conditions = condition_rows(machines.iter().map(|m| {
+                let each = m.status.as_ref().and_then(|s| s.conditions.as_ref());
+                let each = each.into_iter().flatten().map(|c| (c.type_.clone(), c.status.clone())).collect();
+                (key(m.namespace(), m.name_any()), each)
+            }));
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_status_condition",
+                "Each machine's Node conditions: True 1, False 0, Unknown 2",
+                &conditions,
+            )?;
             gauge_family(
                 &mut encoder,
                 "mcm_machine_current_status_phase",
@@ -185,11 +313,53 @@ impl Collector for ObjectMetrics {
                 sets.iter().map(|s| (key(s.namespace(), s.name_any()), f(s))).collect()
             };
             let status = |s: &MachineSet| s.status.clone().unwrap_or_default();
+            let info: Vec<(Labels, i64)> = sets
+                .iter()
+                .map(|s| {
+                    let class = s.spec.machine_class.clone().unwrap_or_default();
+                    let mut labels = key(s.namespace(), s.name_any());
+                    labels.extend([
+                        ("createdAt", created_at(&s.metadata)),
+                        ("spec_machine_class_api_group", class.api_group.unwrap_or_default()),
+                        ("spec_machine_class_kind", class.kind),
+                        ("spec_machine_class_name", class.name),
+                    ]);
+                    (labels, 1)
+                })
+                .collect();
+            gauge_family(&mut encoder, "mcm_machine_set_info", "Each MachineSet (1) with its class as labels", &info)?;
             gauge_family(
                 &mut encoder,
                 "mcm_machine_set_info_spec_replicas",
                 "spec.replicas",
                 &rows(&|s| i64::from(s.spec.replicas)),
+            )?;
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_set_info_spec_min_ready_seconds",
+                "spec.minReadySeconds",
+                &rows(&|s| i64::from(s.spec.min_ready_seconds)),
+            )?;
+            let conditions = condition_rows(sets.iter().map(|s| {
+                let each = status(s).machine_set_condition.unwrap_or_default();
+                let each = each.iter().map(|c| (text(&c.type_), text(&c.status))).collect();
+                (key(s.namespace(), s.name_any()), each)
+            }));
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_set_status_condition",
+                "Each MachineSet's conditions: True 1, False 0, Unknown 2",
+                &conditions,
+            )?;
+            let failed: Vec<(Labels, i64)> = sets
+                .iter()
+                .flat_map(|s| failed_rows(&key(s.namespace(), s.name_any()), status(s).failed_machines.as_ref()))
+                .collect();
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_set_failed_machines",
+                "Each MachineSet's failed machines (1) from status.failedMachines",
+                &failed,
             )?;
             gauge_family(
                 &mut encoder,
@@ -243,6 +413,87 @@ impl Collector for ObjectMetrics {
             for (name, help, f) in families {
                 gauge_family(&mut encoder, name, help, &rows(f))?;
             }
+            let info: Vec<(Labels, i64)> = deployments
+                .iter()
+                .map(|d| {
+                    let strategy = d.spec.strategy.as_ref().and_then(|s| s.type_.as_ref()).map(text);
+                    let mut labels = key(d.namespace(), d.name_any());
+                    labels.extend([
+                        ("createdAt", created_at(&d.metadata)),
+                        ("spec_strategy_type", strategy.unwrap_or_default()),
+                    ]);
+                    (labels, 1)
+                })
+                .collect();
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_deployment_info",
+                "Each MachineDeployment (1) with its strategy",
+                &info,
+            )?;
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_deployment_info_spec_min_ready_seconds",
+                "spec.minReadySeconds",
+                &rows(&|d| i64::from(d.spec.min_ready_seconds)),
+            )?;
+            // Like MCM: the optional numbers only for the objects that set them.
+            let some_rows = |f: &dyn Fn(&MachineDeployment) -> Option<i64>| -> Vec<(Labels, i64)> {
+                deployments.iter().filter_map(|d| Some((key(d.namespace(), d.name_any()), f(d)?))).collect()
+            };
+            let rolling = |d: &MachineDeployment| {
+                let strategy = d.spec.strategy.as_ref()?;
+                let rolling = strategy.type_.as_ref().map(text).is_none_or(|t| t == "RollingUpdate");
+                strategy.rolling_update.clone().filter(|_| rolling)
+            };
+            let optional: [(&str, &str, &OptionalValue<'_>); 6] = [
+                (
+                    "mcm_machine_deployment_info_spec_rolling_update_max_surge",
+                    "spec.strategy.rollingUpdate.maxSurge (a percentage shows 0)",
+                    &|d| rolling(d).map(|r| int_value(r.max_surge.as_ref())),
+                ),
+                (
+                    "mcm_machine_deployment_info_spec_rolling_update_max_unavailable",
+                    "spec.strategy.rollingUpdate.maxUnavailable (a percentage shows 0)",
+                    &|d| rolling(d).map(|r| int_value(r.max_unavailable.as_ref())),
+                ),
+                ("mcm_machine_deployment_info_spec_revision_history_limit", "spec.revisionHistoryLimit", &|d| {
+                    d.spec.revision_history_limit.map(i64::from)
+                }),
+                ("mcm_machine_deployment_info_spec_progress_deadline_seconds", "spec.progressDeadlineSeconds", &|d| {
+                    d.spec.progress_deadline_seconds.map(i64::from)
+                }),
+                ("mcm_machine_deployment_info_spec_rollback_to_revision", "spec.rollbackTo.revision", &|d| {
+                    d.spec.rollback_to.as_ref().map(|r| r.revision)
+                }),
+                ("mcm_machine_deployment_status_collision_count", "status.collisionCount", &|d| {
+                    status(d).collision_count.map(i64::from)
+                }),
+            ];
+            for (name, help, f) in optional {
+                gauge_family(&mut encoder, name, help, &some_rows(f))?;
+            }
+            let conditions = condition_rows(deployments.iter().map(|d| {
+                let each = status(d).conditions.unwrap_or_default();
+                let each = each.iter().map(|c| (text(&c.type_), text(&c.status))).collect();
+                (key(d.namespace(), d.name_any()), each)
+            }));
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_deployment_status_condition",
+                "Each MachineDeployment's conditions: True 1, False 0, Unknown 2",
+                &conditions,
+            )?;
+            let failed: Vec<(Labels, i64)> = deployments
+                .iter()
+                .flat_map(|d| failed_rows(&key(d.namespace(), d.name_any()), status(d).failed_machines.as_ref()))
+                .collect();
+            gauge_family(
+                &mut encoder,
+                "mcm_machine_deployment_failed_machines",
+                "Each MachineDeployment's failed machines (1) from status.failedMachines",
+                &failed,
+            )?;
         }
         Ok(())
     }

@@ -1,18 +1,32 @@
-//! Per-controller reconcile metrics: how long each reconcile took and how many failed, by controller name.
+//! Per-controller reconcile metrics: ours (`mcm_controller_*`: how long each reconcile took, how many failed, how
+//! many run) and the closest equivalents of MCM's workqueue families (`mcm_workqueue_*{name}`, `name` = our
+//! controller's name); and the machine lifecycle families ([`MachineMetrics`]) the controllers fill.
+//!
+//! kube-runtime keeps its queue to itself: an item's wait and the queue's depth cannot be seen, so MCM's
+//! `mcm_workqueue_depth` and `mcm_workqueue_queue_duration_seconds` are not shown. What is shown: adds = reconciles
+//! started (kube-runtime merges triggers of a queued object, as client-go does), work duration = reconcile
+//! duration, retries = failed reconciles (each is requeued with back-off), unfinished work and longest running
+//! processor = computed at scrape time from the reconciles running.
 
+use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use kube::runtime::controller::Action;
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tracing::Instrument;
+
+use super::machines::MachineMetrics;
 
 /// The controller a sample belongs to.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,6 +35,13 @@ pub struct ControllerLabel {
     /// `mcmmachine`, `mcmcluster`, `mcmmachinetemplate`; `capi-machine`, `capi-machineset`,
     /// `capi-machinedeployment`.
     pub controller: String,
+}
+
+/// The queue a workqueue sample belongs to (MCM's label `name`; our controller's name).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueLabel {
+    /// The controller.
+    pub name: String,
 }
 
 /// MCM's labels of a drain.
@@ -44,13 +65,19 @@ pub struct ReconcileMetrics {
     pub duration: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     /// `mcm_controller_reconcile_errors_total{controller}`.
     pub errors: Family<ControllerLabel, Counter>,
-    /// `mcm_controller_reconciles_in_flight{controller}`: reconciles running now. kube-runtime keeps its queue to
-    /// itself, so this stands in for client-go's `workqueue_depth`: it sits at `--concurrent-syncs` while work
-    /// waits.
+    /// `mcm_controller_reconciles_in_flight{controller}`: reconciles running now (at most `--concurrent-syncs`).
     pub in_flight: Family<ControllerLabel, Gauge>,
-    /// `mcm_machine_drain_duration_seconds{namespace,machine_deployment}`: drains that finished (MCM's name and
-    /// labels).
-    pub drain: Family<DrainLabels, Histogram, fn() -> Histogram>,
+    /// MCM's `mcm_workqueue_adds_total{name}`: reconciles started.
+    pub adds: Family<QueueLabel, Counter>,
+    /// MCM's `mcm_workqueue_work_duration_seconds{name}`: reconcile durations.
+    pub work: Family<QueueLabel, Histogram, fn() -> Histogram>,
+    /// MCM's `mcm_workqueue_retries_total{name}`: failed reconciles, requeued with back-off.
+    pub retries: Family<QueueLabel, Counter>,
+    /// The reconciles running, for MCM's `mcm_workqueue_unfinished_work_seconds` and
+    /// `mcm_workqueue_longest_running_processor_seconds`.
+    pub running: Running,
+    /// MCM's machine lifecycle families.
+    pub machines: MachineMetrics,
 }
 
 impl Default for ReconcileMetrics {
@@ -59,8 +86,100 @@ impl Default for ReconcileMetrics {
             duration: Family::new_with_constructor(histogram),
             errors: Family::default(),
             in_flight: Family::default(),
-            drain: Family::new_with_constructor(histogram),
+            adds: Family::default(),
+            work: Family::new_with_constructor(work_histogram),
+            retries: Family::default(),
+            running: Running::default(),
+            machines: MachineMetrics::default(),
         }
+    }
+}
+
+/// client-go's work duration buckets: 10 ns .. 100 s by tens.
+fn work_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 10))
+}
+
+/// The start of every running reconcile, by controller; a scrape-time collector of MCM's two in-progress gauges.
+#[derive(Clone, Debug, Default)]
+pub struct Running {
+    started: Arc<Mutex<BTreeMap<&'static str, BTreeMap<u64, Instant>>>>,
+    next: Arc<AtomicU64>,
+}
+
+/// A controller, the seconds its running reconciles have run, and the longest one's.
+type InProgress = (&'static str, f64, f64);
+
+/// Takes a running reconcile off [`Running`] (and the in-flight gauge down) when dropped.
+struct RunningGuard {
+    running: Running,
+    controller: &'static str,
+    id: u64,
+    in_flight: Gauge,
+}
+
+impl Drop for RunningGuard {
+    fn drop(&mut self) {
+        self.in_flight.dec();
+        if let Ok(mut started) = self.running.started.lock()
+            && let Some(each) = started.get_mut(self.controller)
+        {
+            each.remove(&self.id);
+        }
+    }
+}
+
+impl Running {
+    fn start(&self, controller: &'static str, in_flight: Gauge) -> RunningGuard {
+        in_flight.inc();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut started) = self.started.lock() {
+            started.entry(controller).or_default().insert(id, Instant::now());
+        }
+        RunningGuard { running: self.clone(), controller, id, in_flight }
+    }
+
+    /// Per controller seen: the seconds all running reconciles have run, and the longest one's.
+    fn in_progress(&self) -> Vec<InProgress> {
+        let Ok(started) = self.started.lock() else { return Vec::new() };
+        let now = Instant::now();
+        started
+            .iter()
+            .map(|(controller, each)| {
+                let ages = each.values().map(|at| now.duration_since(*at).as_secs_f64());
+                let (sum, max) = ages.fold((0.0, 0.0), |(sum, max): (f64, f64), age| (sum + age, max.max(age)));
+                (*controller, sum, max)
+            })
+            .collect()
+    }
+}
+
+impl Collector for Running {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let rows = self.in_progress();
+        let unfinished: Vec<(&str, f64)> = rows.iter().map(|r| (r.0, r.1)).collect();
+        let longest: Vec<(&str, f64)> = rows.iter().map(|r| (r.0, r.2)).collect();
+        let families = [
+            (
+                "mcm_workqueue_unfinished_work_seconds",
+                "Seconds the running reconciles have been running, summed",
+                unfinished,
+            ),
+            (
+                "mcm_workqueue_longest_running_processor_seconds",
+                "Seconds the longest running reconcile has run",
+                longest,
+            ),
+        ];
+        for (name, help, values) in families {
+            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (controller, value) in values {
+                let labels = [("name", controller)];
+                let family = metric.encode_family(&labels)?;
+                prometheus_client::metrics::gauge::ConstGauge::new(value).encode(family)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -91,34 +210,32 @@ impl ReconcileMetrics {
             "Reconciles running now by controller",
             self.in_flight.clone(),
         );
-        registry.register("mcm_machine_drain_duration_seconds", "Duration of finished drains", self.drain.clone());
+        registry.register("mcm_workqueue_adds", "Reconciles started, by controller", self.adds.clone());
+        registry.register(
+            "mcm_workqueue_work_duration_seconds",
+            "Seconds a reconcile took, by controller",
+            self.work.clone(),
+        );
+        registry.register("mcm_workqueue_retries", "Failed reconciles requeued with back-off", self.retries.clone());
+        registry.register_collector(Box::new(self.running.clone()));
+        self.machines.register(registry);
     }
 
     /// Records a finished drain of `machine`'s Node.
     pub fn drained(&self, machine: &crate::api::mcm::Machine, took: std::time::Duration) {
-        let meta = &machine.metadata;
-        let labels = DrainLabels {
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            machine_deployment: meta.labels.as_ref().and_then(|l| l.get("name")).cloned().unwrap_or_default(),
-        };
-        self.drain.get_or_create(&labels).observe(took.as_secs_f64());
+        self.machines.drained(machine, took);
     }
 
     fn observe(&self, controller: &'static str, started: Instant, failed: bool) {
+        let seconds = started.elapsed().as_secs_f64();
         let label = ControllerLabel { controller: controller.to_string() };
-        self.duration.get_or_create(&label).observe(started.elapsed().as_secs_f64());
+        self.duration.get_or_create(&label).observe(seconds);
+        let queue = QueueLabel { name: controller.to_string() };
+        self.work.get_or_create(&queue).observe(seconds);
         if failed {
             self.errors.get_or_create(&label).inc();
+            self.retries.get_or_create(&queue).inc();
         }
-    }
-}
-
-/// Decrements `gauge` when dropped.
-struct Running(Gauge);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.dec();
     }
 }
 
@@ -149,9 +266,9 @@ where
                 // A clone, so the family's lock is not held across the reconcile.
                 let in_flight =
                     metrics.in_flight.get_or_create(&ControllerLabel { controller: controller.to_string() }).clone();
-                in_flight.inc();
-                // Counted down on drop too: a reconcile cancelled at shutdown is no longer running.
-                let _running = Running(in_flight);
+                metrics.adds.get_or_create(&QueueLabel { name: controller.to_string() }).inc();
+                // Taken off on drop too: a reconcile cancelled at shutdown is no longer running.
+                let _running = metrics.running.start(controller, in_flight);
                 let started = Instant::now();
                 let result = run.await;
                 metrics.observe(controller, started, result.is_err());
@@ -166,21 +283,49 @@ where
 mod tests {
     use super::*;
 
-    #[test]
-    fn drains_carry_mcms_labels() {
+    #[tokio::test]
+    async fn reconciles_fill_the_workqueue_equivalents() {
         let metrics = ReconcileMetrics::default();
         let mut registry = Registry::default();
         metrics.register(&mut registry);
-        let machine: crate::api::mcm::Machine = serde_json::from_value(serde_json::json!({
-            "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
-            "metadata": {"name": "m1", "namespace": "shoot", "labels": {"name": "workers"}},
-            "spec": {"class": {"kind": "MachineClass", "name": "c"}},
-        }))
-        .unwrap();
-        metrics.drained(&machine, std::time::Duration::from_millis(1500));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        let series = r#"mcm_machine_drain_duration_seconds_sum{namespace="shoot",machine_deployment="workers"} 1.5"#;
-        assert!(text.contains(series), "{text}");
+        let obj = Arc::new(k8s_openapi::api::core::v1::ConfigMap::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel::<()>();
+        let held = Arc::new(Mutex::new(Some((started_tx, rx))));
+        let mut run =
+            timed(&metrics, "machine", move |_: Arc<k8s_openapi::api::core::v1::ConfigMap>, fail: Arc<bool>| {
+                let held = held.lock().ok().and_then(|mut r| r.take());
+                async move {
+                    if let Some((started, rx)) = held {
+                        let _ = started.send(());
+                        let _ = rx.await;
+                    }
+                    if *fail { Err(()) } else { Ok(Action::await_change()) }
+                }
+            });
+        let slow = tokio::spawn(run(obj.clone(), Arc::new(false)));
+        started_rx.await.unwrap();
+        let encode = |registry: &Registry| {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text
+        };
+        // The held reconcile shows as running.
+        let text = encode(&registry);
+        assert!(text.contains(r#"mcm_workqueue_longest_running_processor_seconds{name="machine"}"#), "{text}");
+        assert!(text.contains(r#"mcm_controller_reconciles_in_flight{controller="machine"} 1"#), "{text}");
+        tx.send(()).unwrap();
+        slow.await.unwrap().unwrap();
+        run(obj, Arc::new(true)).await.unwrap_err();
+        let text = encode(&registry);
+        for series in [
+            r#"mcm_workqueue_adds_total{name="machine"} 2"#,
+            r#"mcm_workqueue_retries_total{name="machine"} 1"#,
+            r#"mcm_workqueue_work_duration_seconds_count{name="machine"} 2"#,
+            r#"mcm_workqueue_unfinished_work_seconds{name="machine"} 0.0"#,
+            r#"mcm_controller_reconciles_in_flight{controller="machine"} 0"#,
+        ] {
+            assert!(text.contains(series), "{series} in {text}");
+        }
     }
 }

@@ -394,7 +394,9 @@ mod tests {
         metrics
             .encode()
             .lines()
-            .filter(|l| l.starts_with("mcm_cloud_api_requests_total{") && l.contains(r#"operation="list_machines""#))
+            .filter(|l| {
+                l.starts_with("mcm_controller_driver_calls_total{") && l.contains(r#"operation="list_machines""#)
+            })
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }

@@ -184,6 +184,10 @@ pub(crate) trait Flavour: Send + Sync {
         machine: &Self::Machine,
         now: Timestamp,
     ) -> impl Future<Output = Result<Option<Self::Machine>, kube::Error>> + Send;
+    /// Where deleted stale machines are counted (MCM's `mcm_machine_stale_machines_total`; the MCM flavour's).
+    fn stale_machines(&self) -> Option<&prometheus_client::metrics::counter::Counter> {
+        None
+    }
     /// Writes the set's status from its machines and the pass's failure.
     fn write_set_status(
         &self,

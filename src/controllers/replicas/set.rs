@@ -274,6 +274,11 @@ async fn delete_machines<F: Flavour>(
                     DeletionReason::SetDeleted => "machine set deleted",
                 };
                 tracing::info!(machine_set = %key_of(set), machine = %name, reason = why, "deleted a machine");
+                if let Some(stale) = f.stale_machines()
+                    && crate::metrics::stale(&f.machine_to_hub(target))
+                {
+                    stale.inc();
+                }
                 deleted.push(target.clone());
                 match after {
                     Some(m) => {

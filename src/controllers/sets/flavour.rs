@@ -47,6 +47,9 @@ impl Flavour for SetsContext {
     fn control(&self) -> &Client {
         &self.base.control
     }
+    fn stale_machines(&self) -> Option<&prometheus_client::metrics::counter::Counter> {
+        Some(&self.base.metrics.machines.stale)
+    }
     fn target(&self) -> Option<&Client> {
         self.base.target.as_ref()
     }

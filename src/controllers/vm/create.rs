@@ -14,6 +14,7 @@ use crate::lifecycle::Effective;
 use crate::lifecycle::create::{self, CreateAction, CreateObservation, CreateProgress};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::Severity;
+use crate::metrics::{Step, since};
 
 /// How a pass of the create flow ended.
 pub(crate) enum Created {
@@ -102,9 +103,21 @@ pub(crate) async fn run<F: VmFlavour>(
                 match driver_action {
                     CreateAction::GetStatus => progress.status = Some(c.driver.get_machine_status(&c.request).await),
                     CreateAction::InitializeFound => {
-                        progress.initialized_found = Some(c.driver.initialize_machine(&c.request).await);
+                        let started = std::time::Instant::now();
+                        let result = c.driver.initialize_machine(&c.request).await;
+                        if result.is_ok() {
+                            record(f, Step::Initialize, hub, c, started.elapsed());
+                        }
+                        progress.initialized_found = Some(result);
                     }
-                    CreateAction::Create => progress.created = Some(c.driver.create_machine(&c.request).await),
+                    CreateAction::Create => {
+                        let result = c.driver.create_machine(&c.request).await;
+                        if result.is_ok() {
+                            let created = hub.metadata.creation_timestamp.as_ref().map(|t| since(t.0));
+                            record(f, Step::Create, hub, c, created.unwrap_or_default());
+                        }
+                        progress.created = Some(result);
+                    }
                     CreateAction::DeleteStaleVm { provider_id } => {
                         let mut stale = c.request.clone();
                         stale.machine.provider_id = Some(provider_id);
@@ -116,7 +129,12 @@ pub(crate) async fn run<F: VmFlavour>(
                     CreateAction::Initialize { provider_id } => {
                         let mut request = c.request.clone();
                         request.machine.provider_id = Some(provider_id);
-                        progress.initialized = Some(c.driver.initialize_machine(&request).await.map(|_| ()));
+                        let started = std::time::Instant::now();
+                        let result = c.driver.initialize_machine(&request).await.map(|_| ());
+                        if result.is_ok() {
+                            record(f, Step::Initialize, hub, c, started.elapsed());
+                        }
+                        progress.initialized = Some(result);
                     }
                     _ => {}
                 }
@@ -125,4 +143,12 @@ pub(crate) async fn run<F: VmFlavour>(
     }
     tracing::warn!(object = %key_of(&obj), "the create flow did not end within {MAX_ACTIONS} actions");
     Ok(Created::Next(Next::Wake(None)))
+}
+
+/// Sets MCM's `step` duration of the machine (the MCM flavour only), labelled with the class's instance type.
+fn record<F: VmFlavour>(f: &F, step: Step, hub: &Machine, c: &Cloud, took: Duration) {
+    if let Some(metrics) = f.machine_metrics() {
+        let instance_type = c.request.class.node_template.as_ref().map(|t| t.instance_type.as_str());
+        metrics.record(step, hub, instance_type, took);
+    }
 }

@@ -14,6 +14,7 @@ use crate::lifecycle::Effective;
 use crate::lifecycle::delete::{self, DeleteAction, DeleteAnswer, DeleteObservation};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::StatusPatch;
+use crate::metrics::{Step, since};
 use crate::providers::DriverError;
 
 /// The actions one pass takes at most (seven steps, most with an action and a record).
@@ -112,7 +113,17 @@ pub(crate) async fn run<F: VmFlavour>(f: &F, obj: &F::Object, hub: &Machine, now
             }
             DeleteAction::DeleteVm => {
                 let result = match f.cloud(&obj, &hub).await {
-                    Ok(c) => c.driver.delete_machine(&c.request).await.map(|r| r.last_known_state),
+                    Ok(c) => {
+                        let result = c.driver.delete_machine(&c.request).await.map(|r| r.last_known_state);
+                        if let (Ok(_), Some(metrics), Some(deleted)) =
+                            (&result, f.machine_metrics(), hub.metadata.deletion_timestamp.as_ref())
+                        {
+                            let instance_type =
+                                c.request.class.node_template.as_ref().map(|t| t.instance_type.as_str());
+                            metrics.record(Step::Delete, &hub, instance_type, since(deleted.0));
+                        }
+                        result
+                    }
                     Err(e) => Err(e),
                 };
                 failure = result.as_ref().err().cloned();

@@ -152,6 +152,9 @@ impl VmFlavour for MachineVm<'_> {
     fn config(&self) -> &MachineConfig {
         &self.ctx.config
     }
+    fn machine_metrics(&self) -> Option<&crate::metrics::MachineMetrics> {
+        Some(&self.ctx.metrics.machines)
+    }
     async fn publish(&self, obj: &Machine, event: EventSpec) {
         self.ctx.publish(obj, event).await;
     }

@@ -132,6 +132,10 @@ pub(crate) trait VmFlavour: Sync {
     fn delete_node(&self, _node: &str) -> impl Future<Output = NodeDeletion> + Send {
         async { NodeDeletion::NoTarget }
     }
+    /// Where MCM's machine lifecycle durations go (the MCM flavour's; MCMMachines have none).
+    fn machine_metrics(&self) -> Option<&crate::metrics::MachineMetrics> {
+        None
+    }
     /// Removes the flow's finalizer: the deletion is complete.
     fn remove_finalizer(&self, obj: &Self::Object) -> impl Future<Output = Result<(), Error>> + Send;
 }

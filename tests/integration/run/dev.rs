@@ -58,7 +58,7 @@ async fn mcm_run_alone_brings_up_the_sample_of_mcm_dev_without_controllers() {
     .await;
     // mcm run made every VM: no controller in mcm dev competed with it.
     let metrics = run.scrape().await;
-    assert_eq!(metrics.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#]), 3.0);
+    assert_eq!(metrics.sum("mcm_controller_driver_calls_total", &[r#"operation="create_machine""#]), 3.0);
 
     run.signal("TERM");
     let mut run = run;

@@ -22,8 +22,8 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_created_twice(
 
     // Only the leader called the cloud; the standby's counters are empty.
     let (from_a, from_b) = (a.scrape().await, b.scrape().await);
-    assert!(from_a.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#]) >= 2.0, "{from_a:?}");
-    assert_eq!(from_b.sum("mcm_cloud_api_requests_total", &[]), 0.0, "{from_b:?}");
+    assert!(from_a.sum("mcm_controller_driver_calls_total", &[r#"operation="create_machine""#]) >= 2.0, "{from_a:?}");
+    assert_eq!(from_b.sum("mcm_controller_driver_calls_total", &[]), 0.0, "{from_b:?}");
     assert_eq!(from_a.get("mcm_leader_election_master_status"), 1.0);
     assert_eq!(from_b.get("mcm_leader_election_master_status"), 0.0);
     assert!(!b.printed("leading"), "{:?}", b.lines());
@@ -39,6 +39,9 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_created_twice(
     assert_eq!(stats.vms_created, 4, "every VM was created once: {stats:?}");
     assert_eq!(stats.vms_deleted, 0, "{stats:?}");
     let from_b = b.scrape().await;
-    assert_eq!(from_b.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#, r#"code="OK""#]), 2.0);
+    assert_eq!(
+        from_b.sum("mcm_controller_driver_calls_total", &[r#"operation="create_machine""#, r#"code="OK""#]),
+        2.0
+    );
     env.env.shutdown().await;
 }

@@ -237,7 +237,7 @@ async fn the_infrastructure_install_comes_up_and_provisions_an_mcmmachine() {
     })
     .await;
     assert_eq!(metrics.get("mcm_leader_election_master_status"), 1.0);
-    assert_eq!(metrics.sum("mcm_cloud_api_requests_total", &[r#"operation="create_machine""#]), 1.0);
+    assert_eq!(metrics.sum("mcm_controller_driver_calls_total", &[r#"operation="create_machine""#]), 1.0);
     assert!(!metrics.0.keys().any(|k| k.starts_with("mcm_machine_items")), "no machine.sapcloud.io gauges");
 
     run.signal("TERM");

@@ -198,9 +198,14 @@ impl McmRun {
 
     /// Scrapes its `/metrics`.
     pub async fn scrape(&self) -> Metrics {
+        Metrics::parse(&self.scrape_text().await)
+    }
+
+    /// Scrapes its `/metrics` as text.
+    pub async fn scrape_text(&self) -> String {
         let (status, body) = http_get(&self.metrics_url().await).await;
         assert_eq!(status, 200, "{body}");
-        Metrics::parse(&body)
+        body
     }
 
     /// Sends a signal (`TERM`, `KILL`).
@@ -272,8 +277,19 @@ impl Metrics {
             .sum()
     }
 
+    /// How many series of `name` have labels containing each of `labels`.
+    pub fn series(&self, name: &str, labels: &[&str]) -> usize {
+        self.0
+            .keys()
+            .filter(|series| {
+                let (n, rest) = series.split_once('{').unwrap_or((series.as_str(), ""));
+                n == name && labels.iter().all(|l| rest.contains(l))
+            })
+            .count()
+    }
+
     /// Machines in `phase`.
     pub fn phase(&self, phase: &str) -> f64 {
-        self.get(&format!("mcm_machine_items_by_phase{{phase=\"{phase}\"}}"))
+        self.get(&format!("mcm_controller_machines_by_phase{{phase=\"{phase}\"}}"))
     }
 }
