@@ -209,7 +209,7 @@ pub fn validate_machine_create(machine: &MCMMachine, check: ProviderSpecCheck<'_
     validate_spec(&machine.spec, "spec", check)
 }
 
-/// A changed MCMMachine: the spec is immutable except `providerID`, which may be set once, and the Node's
+/// A changed MCMMachine: the spec is immutable except `providerID` and `failureDomain`, which may be set once, and the Node's
 /// `nodeTemplate` and the per-machine timeouts, which change no VM (as CAPA lets tags and security groups change).
 pub fn validate_machine_update(old: &MCMMachine, new: &MCMMachine) -> Verdict {
     let (old, new) = (&old.spec, &new.spec);
@@ -217,8 +217,10 @@ pub fn validate_machine_update(old: &MCMMachine, new: &MCMMachine) -> Verdict {
     if !is_empty(old.provider_id.as_ref()) && old.provider_id != new.provider_id {
         errors.push(FieldError::new(FieldErrorKind::Forbidden, "spec.providerID", "field is immutable once set"));
     }
-    if old.failure_domain != new.failure_domain {
-        errors.push(immutable("spec.failureDomain".into()));
+    // Set once: the controller records the zone the VM went to (CAPI core copies the Machine's failure domain only
+    // into what it clones, so an MCMMachine may start without one); never changed or removed after.
+    if !is_empty(old.failure_domain.as_ref()) && old.failure_domain != new.failure_domain {
+        errors.push(FieldError::new(FieldErrorKind::Forbidden, "spec.failureDomain", "field is immutable once set"));
     }
     if old.class != new.class {
         errors.push(immutable("spec.class".into()));

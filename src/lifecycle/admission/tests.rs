@@ -178,7 +178,16 @@ fn machine_updates() {
             "class and failure domain are immutable",
             with(json!({})),
             with(json!({"class": {"name": "other"}, "failureDomain": "b"})),
-            vec!["spec.failureDomain: Forbidden: field is immutable", "spec.class: Forbidden: field is immutable"],
+            vec![
+                "spec.failureDomain: Forbidden: field is immutable once set",
+                "spec.class: Forbidden: field is immutable",
+            ],
+        ),
+        (
+            "a failure domain set once (the controller records the VM's zone)",
+            with(json!({"failureDomain": null})),
+            with(json!({"failureDomain": "b"})),
+            vec![],
         ),
         (
             "an inline class is immutable",
