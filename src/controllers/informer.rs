@@ -166,7 +166,9 @@ where
 /// Whether a watch error says the API server does not serve the kind at all (a list answered 404).
 fn not_served(error: &watcher::Error) -> bool {
     match error {
-        watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.is_not_found(),
+        // By code, not reason: kube-apiserver answers a group it does not serve with a plain-text 404 (no Status,
+        // so no `NotFound` reason); a list never answers 404 for anything else.
+        watcher::Error::InitialListFailed(kube::Error::Api(status)) => status.code == 404,
         _ => false,
     }
 }
@@ -250,5 +252,19 @@ mod tests {
         for (name, notice, want) in cases {
             assert_eq!(filter.pass(&notice), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_list_answered_404_means_the_kind_is_not_served() {
+        let status = |code: u16, reason: &str| {
+            let mut s = kube::core::Status::failure("404 page not found", reason);
+            s.code = code;
+            watcher::Error::InitialListFailed(kube::Error::Api(Box::new(s)))
+        };
+        // kube-apiserver's answer for a group it does not serve: plain text, so kube-rs makes up the reason.
+        assert!(not_served(&status(404, "Failed to parse error data")));
+        assert!(not_served(&status(404, "NotFound")));
+        assert!(!not_served(&status(403, "Forbidden")));
+        assert!(!not_served(&status(500, "InternalError")));
     }
 }

@@ -252,6 +252,10 @@ where
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
     let metrics = metrics.clone();
+    // Like client-go's work queues, a controller's retry and error series exist (at 0) from its start, so a
+    // scrape shows every family whether or not a reconcile has failed yet.
+    let _ = metrics.retries.get_or_create(&QueueLabel { name: controller.to_string() });
+    let _ = metrics.errors.get_or_create(&ControllerLabel { controller: controller.to_string() });
     move |object, ctx| {
         let metrics = metrics.clone();
         let meta = object.meta();
@@ -327,5 +331,19 @@ mod tests {
         ] {
             assert!(text.contains(series), "{series} in {text}");
         }
+    }
+
+    #[test]
+    fn a_controllers_retry_series_exists_before_any_failure() {
+        let metrics = ReconcileMetrics::default();
+        let mut registry = Registry::default();
+        metrics.register(&mut registry);
+        let _run = timed(&metrics, "machineset", |_: Arc<k8s_openapi::api::core::v1::ConfigMap>, _: Arc<()>| async {
+            Ok::<_, std::convert::Infallible>(Action::await_change())
+        });
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(text.contains(r#"mcm_workqueue_retries_total{name="machineset"} 0"#), "{text}");
+        assert!(text.contains(r#"mcm_controller_reconcile_errors_total{controller="machineset"} 0"#), "{text}");
     }
 }
