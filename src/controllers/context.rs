@@ -178,6 +178,8 @@ pub(crate) struct Context {
     pub creating: InFlight,
     /// Replacement permits.
     pub permits: Permits,
+    /// The classes the cloud refused.
+    pub refusals: super::vm::refusals::ClassRefusals,
     /// The API-server freeze (MCM's safety controller): machine reconciles wait while it is on.
     pub freeze: Arc<FreezeFlag>,
     /// Reconcile and drain metrics.

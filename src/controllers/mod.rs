@@ -195,6 +195,7 @@ impl Controllers {
             retries: RetryBook::default(),
             creating: InFlight::default(),
             permits: Permits::default(),
+            refusals: Default::default(),
             freeze: freeze.clone(),
             metrics: options.metrics.clone(),
         });

@@ -6,6 +6,7 @@
 //! initialize by the answer, then the Machine's labels and providerID, then the Pending (or Available) status.
 
 mod flow;
+pub mod refusal;
 
 pub use flow::{CreateAction, CreateObservation, CreateProgress, Finish, Vm, next};
 
@@ -48,11 +49,12 @@ pub fn creation_deadline(machine: &Machine, effective: &Effective) -> Option<Tim
     machine.metadata.creation_timestamp.as_ref().map(|t| clock::plus(t.0, effective.creation_timeout))
 }
 
-/// The phase of a failed create attempt: Failed once the creation timeout has passed or when the error cannot heal
-/// by retrying (`InvalidArgument`), CrashLoopBackOff otherwise.
-pub fn failure_phase(machine: &Machine, code: Code, now: Timestamp, effective: &Effective) -> MachinePhase {
+/// The phase of a failed create attempt, whatever the error (MCM's `getCreateFailurePhase`): CrashLoopBackOff,
+/// Failed once the creation timeout has passed. A refused class (`InvalidArgument`) is no exception: failing its
+/// machines at once made the MachineSet replace them every few seconds ([`refusal`] backs off per class instead).
+pub fn failure_phase(machine: &Machine, now: Timestamp, effective: &Effective) -> MachinePhase {
     let expired = creation_deadline(machine, effective).is_some_and(|d| now >= d);
-    if expired || code == Code::InvalidArgument { MachinePhase::Failed } else { MachinePhase::CrashLoopBackOff }
+    if expired { MachinePhase::Failed } else { MachinePhase::CrashLoopBackOff }
 }
 
 /// A CrashLoopBackOff machine whose creation timeout has passed becomes Failed at the deadline, keeping the last
@@ -166,7 +168,7 @@ fn failure(
     now: Timestamp,
     effective: &Effective,
 ) -> (StatusPatch, RetryClass) {
-    let phase = failure_phase(machine, error.code, now, effective);
+    let phase = failure_phase(machine, now, effective);
     let op = status::operation(
         MachineOperationType::Create,
         MachineState::Failed,
@@ -353,7 +355,13 @@ mod tests {
             ("unavailable early", Code::Unavailable, "00:05:00", MachinePhase::CrashLoopBackOff, RetryClass::Transient),
             ("internal early", Code::Internal, "00:05:00", MachinePhase::CrashLoopBackOff, RetryClass::Other),
             ("internal at the deadline", Code::Internal, "00:20:00", MachinePhase::Failed, RetryClass::Other),
-            ("invalid argument at once", Code::InvalidArgument, "00:00:02", MachinePhase::Failed, RetryClass::Other),
+            (
+                "invalid argument early",
+                Code::InvalidArgument,
+                "00:00:02",
+                MachinePhase::CrashLoopBackOff,
+                RetryClass::Other,
+            ),
         ];
         for (name, code, now, phase, class) in cases {
             let (patch, retry) = create_failure(&m, &err(code), None, t(now), &e);

@@ -113,6 +113,8 @@ pub(crate) struct InfraContext {
     pub recorder: Recorder,
     /// Back-off per MCMMachine and flow.
     pub retries: RetryBook,
+    /// The classes the cloud refused.
+    pub refusals: crate::controllers::vm::refusals::ClassRefusals,
 }
 
 impl InfraContext {
@@ -200,6 +202,7 @@ impl InfraControllers {
                 Reporter { controller: "mcm-infrastructure-controller".into(), instance: None },
             ),
             retries: RetryBook::default(),
+            refusals: Default::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let shutdown = || on_stop(&stopped);

@@ -51,6 +51,9 @@ impl VmFlavour for InfraVm<'_> {
     fn target(&self) -> bool {
         false
     }
+    fn refusals(&self) -> &crate::controllers::vm::refusals::ClassRefusals {
+        &self.ctx.refusals
+    }
 
     async fn cloud(&self, _: &MCMMachine, _: &Machine) -> Result<Cloud, DriverError> {
         self.cloud.clone()

@@ -5,16 +5,19 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
+use kube::ResourceExt;
 
 use super::{Cloud, NotPrepared, Stage, VmFlavour};
 use crate::api::mcm::Machine;
 use crate::controllers::context::key_of;
 use crate::controllers::error::Error;
 use crate::lifecycle::Effective;
+use crate::lifecycle::create::refusal::{self, Fingerprint, Refusal};
 use crate::lifecycle::create::{self, CreateAction, CreateObservation, CreateProgress};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::Severity;
 use crate::metrics::{Step, since};
+use crate::providers::DriverError;
 
 /// How a pass of the create flow ended.
 pub(crate) enum Created {
@@ -40,6 +43,7 @@ pub(crate) async fn run<F: VmFlavour>(
     let mut obj = obj.clone();
     let mut progress = CreateProgress::default();
     let mut cloud: Option<Cloud> = None;
+    let mut fingerprint: Option<Fingerprint> = None;
     for _ in 0..MAX_ACTIONS {
         let action = create::next(&CreateObservation {
             machine: hub,
@@ -68,6 +72,13 @@ pub(crate) async fn run<F: VmFlavour>(
             }
             CreateAction::Prepare => match f.prepare(&obj, hub).await {
                 Ok(prepared) => {
+                    let class = refusal::fingerprint(
+                        &obj.namespace().unwrap_or_default(),
+                        &prepared.request.class,
+                        &prepared.request.secret,
+                    );
+                    progress.class_refused = f.refusals().holding(class, now);
+                    fingerprint = Some(class);
                     cloud = Some(prepared);
                     progress.prepared = Some(Ok(()));
                 }
@@ -101,7 +112,13 @@ pub(crate) async fn run<F: VmFlavour>(
                     continue;
                 };
                 match driver_action {
-                    CreateAction::GetStatus => progress.status = Some(c.driver.get_machine_status(&c.request).await),
+                    CreateAction::GetStatus => {
+                        let result = c.driver.get_machine_status(&c.request).await;
+                        if let (Err(e), Some(class)) = (&result, fingerprint) {
+                            progress.class_refused = class_refused(f, &obj, hub, class, e, now).await;
+                        }
+                        progress.status = Some(result);
+                    }
                     CreateAction::InitializeFound => {
                         let started = std::time::Instant::now();
                         let result = c.driver.initialize_machine(&c.request).await;
@@ -115,6 +132,13 @@ pub(crate) async fn run<F: VmFlavour>(
                         if result.is_ok() {
                             let created = hub.metadata.creation_timestamp.as_ref().map(|t| since(t.0));
                             record(f, Step::Create, hub, c, created.unwrap_or_default());
+                        }
+                        match (&result, fingerprint) {
+                            (Err(e), Some(class)) => {
+                                progress.class_refused = class_refused(f, &obj, hub, class, e, now).await;
+                            }
+                            (Ok(_), Some(class)) => f.refusals().accepted(class),
+                            (_, None) => {}
                         }
                         progress.created = Some(result);
                     }
@@ -143,6 +167,27 @@ pub(crate) async fn run<F: VmFlavour>(
     }
     tracing::warn!(object = %key_of(&obj), "the create flow did not end within {MAX_ACTIONS} actions");
     Ok(Created::Next(Next::Wake(None)))
+}
+
+/// Marks the class when the cloud's `error` to a lookup or create refuses it, telling the class the first time;
+/// the mark while it holds, for the flow (`None`: the error is this machine's own).
+async fn class_refused<F: VmFlavour>(
+    f: &F,
+    obj: &F::Object,
+    hub: &Machine,
+    class: Fingerprint,
+    error: &DriverError,
+    now: Timestamp,
+) -> Option<(Refusal, Duration)> {
+    if !refusal::refuses_class(error) {
+        return None;
+    }
+    let backoff = f.config().retry_policy().other;
+    let (mark, wait, first) = f.refusals().refused(class, error, now, &backoff);
+    if first {
+        f.publish_class(obj, refusal::class_event(&mark, F::KIND, &hub.name_any())).await;
+    }
+    Some((mark, wait))
 }
 
 /// Sets MCM's `step` duration of the machine (the MCM flavour only), labelled with the class's instance type.

@@ -155,6 +155,14 @@ impl VmFlavour for MachineVm<'_> {
     fn machine_metrics(&self) -> Option<&crate::metrics::MachineMetrics> {
         Some(&self.ctx.metrics.machines)
     }
+    fn refusals(&self) -> &super::refusals::ClassRefusals {
+        &self.ctx.refusals
+    }
+    async fn publish_class(&self, _: &Machine, event: EventSpec) {
+        if let Some(class) = self.class {
+            self.ctx.publish(class, event).await;
+        }
+    }
     async fn publish(&self, obj: &Machine, event: EventSpec) {
         self.ctx.publish(obj, event).await;
     }

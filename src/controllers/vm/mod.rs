@@ -10,6 +10,7 @@
 pub(crate) mod create;
 pub(crate) mod delete;
 pub(crate) mod machine;
+pub(crate) mod refusals;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -131,6 +132,12 @@ pub(crate) trait VmFlavour: Sync {
     /// Deletes the Node (MCM's node finalizer first).
     fn delete_node(&self, _node: &str) -> impl Future<Output = NodeDeletion> + Send {
         async { NodeDeletion::NoTarget }
+    }
+    /// The marks of the classes the cloud refused (`lifecycle::create::refusal`).
+    fn refusals(&self) -> &refusals::ClassRefusals;
+    /// Records `event` on the object's class, where it has one to record on (best effort).
+    fn publish_class(&self, _obj: &Self::Object, _event: EventSpec) -> impl Future<Output = ()> + Send {
+        async {}
     }
     /// Where MCM's machine lifecycle durations go (the MCM flavour's; MCMMachines have none).
     fn machine_metrics(&self) -> Option<&crate::metrics::MachineMetrics> {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeAddress;
 
+use super::refusal::{Refusal, held_status, refuses_class};
 use super::{
     AfterCreate, AfterStatus, after_create, after_status, crash_loop_expired, create_failure, created,
     creation_deadline, initialize_failure, needs_creation, node_label, provider_id, stale_node,
@@ -65,6 +66,9 @@ pub struct CreateProgress {
     pub recorded: bool,
     /// `initialize_machine` of the new VM.
     pub initialized: Option<Result<(), DriverError>>,
+    /// The class's mark while it holds creates back (`create::refusal`), and for how long: looked up once the request
+    /// is prepared, and set by a refused create of this pass.
+    pub class_refused: Option<(Refusal, Duration)>,
 }
 
 /// The VM the flow found or made.
@@ -198,6 +202,20 @@ pub fn next(o: &CreateObservation<'_>) -> CreateAction {
     if let Err(e) = prepared {
         return failed(o, Failure::Create(e, None), deadline);
     }
+    // The class is marked refused: a machine that names no VM waits with the class's error, asking the cloud
+    // nothing (it would only create, and be refused).
+    if p.status.is_none()
+        && provider_id(m).is_none()
+        && node_label(m).is_none()
+        && let Some((refusal, wait)) = &p.class_refused
+    {
+        return CreateAction::Finish(Box::new(Finish {
+            patch: held_status(m, refusal, &m.spec.class.name, o.now, o.effective),
+            event: None,
+            next: sleep_until(o.now, *wait, deadline),
+            provisioned: false,
+        }));
+    }
     let Some(status) = &p.status else { return CreateAction::GetStatus };
     // A VM made in this pass is the one, also once the machine names it (recorded).
     let looked_up = if p.created.is_some() { AfterStatus::Create } else { after_status(status.clone(), m) };
@@ -284,6 +302,10 @@ enum Failure<'e> {
 /// A failed step ends the pass: CrashLoopBackOff (retried after the error's back-off, never past the creation
 /// deadline) or Failed (looked at again only on change), with a Warning event.
 fn failed(o: &CreateObservation<'_>, failure: Failure<'_>, deadline: Option<Timestamp>) -> CreateAction {
+    let class_wait = match (&failure, &o.progress.class_refused) {
+        (Failure::Create(e, _), Some((_, wait))) if refuses_class(e) => Some(*wait),
+        _ => None,
+    };
     let (patch, class, reason) = match failure {
         Failure::Create(e, last_known_state) => {
             let (patch, class) = create_failure(o.machine, e, last_known_state, o.now, o.effective);
@@ -297,6 +319,9 @@ fn failed(o: &CreateObservation<'_>, failure: Failure<'_>, deadline: Option<Time
     let description = patch.last_operation.as_ref().and_then(|op| op.description.clone()).unwrap_or_default();
     let next = if patch.new_phase() == Some(&MachinePhase::Failed) {
         Next::Wake(None)
+    } else if let Some(wait) = class_wait {
+        // The class's back-off, not the machine's: it runs for every machine of the class alike.
+        sleep_until(o.now, wait, deadline)
     } else {
         Next::Retry { class, deadline }
     };

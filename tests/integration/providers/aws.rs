@@ -792,6 +792,9 @@ async fn logs_debug_output_and_errors_never_show_secrets() {
     let subscriber =
         tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false).with_writer(move || writer.clone()).finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests of this binary run on other threads with other (or no) subscribers; a callsite one of them hit
+    // first may have cached "never" for ours. Rebuilding the cache with ours registered counts every callsite in.
+    tracing::callsite::rebuild_interest_cache();
 
     let driver = world.driver();
     let class = world.class("c", "dev");

@@ -5,6 +5,7 @@
 
 mod autoscaler;
 mod freeze;
+mod refused_class;
 mod rollout;
 mod sample;
 mod scaling;

@@ -48,6 +48,10 @@ fn made(node: &str) -> CreateMachineResponse {
     }
 }
 
+fn refused_mark() -> crate::lifecycle::create::refusal::Refusal {
+    crate::lifecycle::create::refusal::Refusal { error: err(Code::InvalidArgument), count: 1, until: t("00:05:40") }
+}
+
 fn prepared() -> CreateProgress {
     CreateProgress { prepared: Some(Ok(())), ..Default::default() }
 }
@@ -191,10 +195,37 @@ fn the_create_flow_step_by_step() {
             ),
         ),
         row(
-            "lookup refuses the class: Failed at once",
+            "lookup refuses the class: CrashLoopBackOff until the creation timeout, as MCM",
             fresh(),
             with(|p| p.status = Some(Err(err(Code::InvalidArgument)))),
-            Want::Finish(Some(Failed), Some("FailedCreate"), Next::Wake(None), false),
+            Want::Finish(
+                Some(CrashLoopBackOff),
+                Some("FailedCreate"),
+                Next::Retry { class: RetryClass::Other, deadline },
+                false,
+            ),
+        ),
+        row(
+            "the class is marked refused: the machine waits without asking the cloud, quietly",
+            fresh(),
+            with(|p| p.class_refused = Some((refused_mark(), Duration::from_secs(40)))),
+            Want::Finish(Some(CrashLoopBackOff), None, Next::Sleep(Duration::from_secs(40)), false),
+        ),
+        row(
+            "the class is marked refused, but the machine names its VM: looked up as usual",
+            machine(Some(CrashLoopBackOff), Some("vm://1"), None),
+            with(|p| p.class_refused = Some((refused_mark(), Duration::from_secs(40)))),
+            Want::GetStatus,
+        ),
+        row(
+            "the create refused the class: the class's back-off, not the machine's",
+            fresh(),
+            with(|p| {
+                p.status = Some(Err(err(Code::NotFound)));
+                p.created = Some(Err(err(Code::InvalidArgument)));
+                p.class_refused = Some((refused_mark(), Duration::from_secs(15)));
+            }),
+            Want::Finish(Some(CrashLoopBackOff), Some("FailedCreate"), Next::Sleep(Duration::from_secs(15)), false),
         ),
         row("uninitialized", fresh(), with(|p| p.status = Some(Err(err(Code::Uninitialized)))), Want::InitializeFound),
         row(
