@@ -453,7 +453,8 @@ mod tests {
 
     #[tokio::test]
     async fn deletions_and_new_out_of_range_trigger_collections() {
-        let out_of_range = "Cloud provider message - OutOfRange: 2 VMs claim machine \"a\"";
+        let out_of_range =
+            "Cloud provider message - machine codes error: code = [OutOfRange] message = [2 VMs claim machine \"a\"]";
         let (tx, rx) = mpsc::unbounded_channel();
         let notices = [
             ("plain", Notice::Applied(machine("a", "Creating machine on cloud provider")), None),

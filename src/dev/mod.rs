@@ -198,7 +198,7 @@ pub const WEBHOOK_CONFIGURATION: &str = "mcm-dev-webhooks";
 /// Serves the admission webhooks on loopback with a throw-away CA and registers them with that CA and their URL;
 /// with `on` false, removes the configurations an earlier run left.
 async fn webhooks(client: &kube::Client, on: bool) -> Result<Option<crate::webhooks::WebhookServer>, DevError> {
-    use crate::webhooks::{Certificates, WebhookServer, configurations};
+    use crate::webhooks::{Certificates, ClassValidation, WebhookServer, configurations};
     use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
     let fail = |e: &dyn std::fmt::Display| DevError::Webhooks(e.to_string());
     if !on {
@@ -220,8 +220,9 @@ async fn webhooks(client: &kube::Client, on: bool) -> Result<Option<crate::webho
     let ca = CertificateAuthority::generate().map_err(|e| fail(&e))?;
     let cert = ca.serving_certificate(Ipv4Addr::LOCALHOST.into()).map_err(|e| fail(&e))?;
     let certificates = Certificates::Pem { chain: cert.chain_pem, key: cert.key_pem };
-    let server =
-        WebhookServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), certificates).await.map_err(|e| fail(&e))?;
+    let server = WebhookServer::start(SocketAddr::from(([127, 0, 0, 1], 0)), certificates, ClassValidation::always())
+        .await
+        .map_err(|e| fail(&e))?;
     let manifest = configurations(WEBHOOK_CONFIGURATION, &format!("https://{}", server.addr()), ca.cert_pem())
         .iter()
         .map(|c| c.to_string())

@@ -302,6 +302,17 @@ pub fn validate_cluster_update(old: &MCMCluster, new: &MCMCluster) -> Verdict {
     verdict
 }
 
+/// The label (and value) our MachineClass CRD carries (crds/, config/machineclass) and Gardener's does not.
+pub const OUR_CLASS_CRD_LABEL: (&str, &str) = ("app.kubernetes.io/part-of", "cluster-api-provider-mcm");
+
+/// Whether the MachineClass webhook judges classes, given the labels of the `machineclasses.machine.sapcloud.io`
+/// CRD (`None`: no such CRD). Next to Gardener's MCM the CRD is Gardener's and so are its classes: refusing them
+/// (our parsers are strict, Gardener's providers are not) would break that MCM, so they are admitted unjudged.
+pub fn validates_classes(crd_labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    let (key, value) = OUR_CLASS_CRD_LABEL;
+    crd_labels.is_none_or(|labels| labels.get(key).is_some_and(|v| v == value))
+}
+
 /// A MachineClass: its provider's parser accepts the providerSpec and the nodeTemplate is complete. On an update
 /// only a changed provider, providerSpec or nodeTemplate is checked, so a class stored before the webhook existed
 /// can still lose its finalizer.

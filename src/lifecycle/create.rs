@@ -145,7 +145,7 @@ pub fn create_failure(
     now: Timestamp,
     effective: &Effective,
 ) -> (StatusPatch, RetryClass) {
-    let description = format!("{}{error}", text::CLOUD_PROVIDER_MESSAGE);
+    let description = format!("{}{}", text::CLOUD_PROVIDER_MESSAGE, error.machine_codes());
     failure(machine, error, description, last_known_state, now, effective)
 }
 
@@ -156,7 +156,7 @@ pub fn initialize_failure(
     now: Timestamp,
     effective: &Effective,
 ) -> (StatusPatch, RetryClass) {
-    let description = format!("Provider error: {error}. {}", text::INITIALIZE_VM);
+    let description = format!("Provider error: {}. {}", error.machine_codes(), text::INITIALIZE_VM);
     failure(machine, error, description, None, now, effective)
 }
 
@@ -269,7 +269,9 @@ mod tests {
             last_operation: Some(LastOperation {
                 type_: Some(MachineOperationType::Create),
                 state: Some(MachineState::Failed),
-                description: Some("Cloud provider message - ResourceExhausted: quota".into()),
+                description: Some(
+                    "Cloud provider message - machine codes error: code = [ResourceExhausted] message = [quota]".into(),
+                ),
                 error_code: Some("ResourceExhausted".into()),
                 ..Default::default()
             }),
@@ -367,7 +369,8 @@ mod tests {
             let (patch, retry) = create_failure(&m, &err(code), None, t(now), &e);
             assert_eq!((patch.new_phase(), retry), (Some(&phase), class), "{name}");
             let op = patch.last_operation.unwrap();
-            assert_eq!(op.description.unwrap(), format!("Cloud provider message - {code}: boom"), "{name}");
+            let mcm = format!("Cloud provider message - machine codes error: code = [{code}] message = [boom]");
+            assert_eq!(op.description.unwrap(), mcm, "{name}");
             assert_eq!(op.error_code.as_deref(), Some(code.as_str()), "{name}");
             assert_eq!(
                 (op.type_, op.state),
@@ -378,7 +381,7 @@ mod tests {
         let (init, _) = initialize_failure(&m, &err(Code::Internal), t("00:01:00"), &e);
         assert_eq!(
             init.last_operation.unwrap().description.as_deref(),
-            Some("Provider error: Internal: boom. Initialize VM Instance")
+            Some("Provider error: machine codes error: code = [Internal] message = [boom]. Initialize VM Instance")
         );
     }
 
@@ -391,7 +394,10 @@ mod tests {
         assert_eq!(patch.new_phase(), Some(&MachinePhase::Failed));
         let op = patch.last_operation.unwrap();
         assert_eq!(op.error_code.as_deref(), Some("ResourceExhausted"));
-        assert_eq!(op.description.as_deref(), Some("Cloud provider message - ResourceExhausted: quota"));
+        assert_eq!(
+            op.description.as_deref(),
+            Some("Cloud provider message - machine codes error: code = [ResourceExhausted] message = [quota]")
+        );
         assert_eq!(crash_loop_expired(&machine(Some(MachinePhase::Pending), None, None), t("01:00:00"), &e), None);
         assert_eq!(creation_deadline(&m, &e), Some(t("00:20:00")));
     }

@@ -171,7 +171,8 @@ pub fn after_find_vm(machine: &Machine, result: Result<String, DriverError>) -> 
             Outcome::retry(
                 format!(
                     "Error occurred with decoding machine error status while getting VM status, aborting without \
-                     retry. machine code: {e} {}",
+                     retry. machine code: {} {}",
+                    e.machine_codes(),
                     text::GET_VM_STATUS
                 ),
                 RetryClass::of(e.code),
@@ -373,13 +374,18 @@ pub fn after_vm_delete(machine: &Machine, result: Result<Option<String>, DriverE
         )),
         Err(e) if RetryClass::of(e.code) == RetryClass::Transient => Outcome::retry(
             format!(
-                "VM deletion failed due to - {e}. However, will re-try in the next resync. {}",
+                "VM deletion failed due to - {}. However, will re-try in the next resync. {}",
+                e.machine_codes(),
                 text::INITIATE_VM_DELETION
             ),
             RetryClass::Transient,
         ),
         Err(e) => Outcome::retry(
-            format!("VM deletion failed due to - {e}. Aborting operation. {}", text::INITIATE_VM_DELETION),
+            format!(
+                "VM deletion failed due to - {}. Aborting operation. {}",
+                e.machine_codes(),
+                text::INITIATE_VM_DELETION
+            ),
             RetryClass::of(e.code),
         ),
     }
@@ -658,13 +664,13 @@ mod tests {
                 "unavailable",
                 err(Code::Unavailable),
                 Some(RetryClass::Transient),
-                "VM deletion failed due to - Unavailable: x. However, will re-try in the next resync. Initiate VM deletion",
+                "VM deletion failed due to - machine codes error: code = [Unavailable] message = [x]. However, will re-try in the next resync. Initiate VM deletion",
             ),
             (
                 "internal",
                 err(Code::Internal),
                 Some(RetryClass::Other),
-                "VM deletion failed due to - Internal: x. Aborting operation. Initiate VM deletion",
+                "VM deletion failed due to - machine codes error: code = [Internal] message = [x]. Aborting operation. Initiate VM deletion",
             ),
         ];
         for (name, result, retry, description) in cases {

@@ -110,7 +110,7 @@ pub fn decide(
     match phase {
         Some(MachinePhase::Running) if !healthy => {
             let description = format!(
-                "Machine {name} is unhealthy - changing MachineState to Unknown. Node conditions: {}",
+                "Machine {name} is unhealthy - changing MachinePhase to Unknown. Node conditions: {}",
                 summary(conditions)
             );
             let op =
@@ -198,7 +198,7 @@ fn timeouts(machine: &Machine, now: Timestamp, effective: &Effective) -> Health 
                 return Health::Steady { wake_at: Some(deadline) };
             }
             let description = format!(
-                "Machine {name} is not healthy since {} minutes. Changing status to failed. Node Conditions: {}",
+                "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
                 clock::go(effective.health_timeout),
                 summary(status::conditions(machine))
             );
@@ -485,10 +485,67 @@ mod tests {
         assert_eq!(
             patch.last_operation.unwrap().description.as_deref(),
             Some(
-                "Machine m1 is not healthy since 10m0s minutes. Changing status to failed. Node Conditions: \
-                 [Ready=Unknown, DiskPressure=Unknown]"
+                "Machine m1 health checks failing since last 10m0s minutes. Updating machine phase to Failed. Node \
+                 Conditions: [Ready=Unknown, DiskPressure=Unknown]"
             )
         );
+    }
+
+    /// The descriptions MCM master writes (`reconcileMachineHealth`), one row per transition; only the conditions'
+    /// rendering is ours (`[Ready=Unknown, …]` for Go's struct dump, see docs/machine-lifecycle.md).
+    #[test]
+    fn descriptions_are_mcm_masters() {
+        use MachineOperationType::{Create, HealthCheck};
+        use MachineState::{Processing, Successful};
+        let e = effective();
+        let description = |h: Health| match h {
+            Health::Update { patch, .. } | Health::MarkFailed { patch } => {
+                patch.last_operation.and_then(|o| o.description).unwrap_or_default()
+            }
+            other => panic!("{other:?}"),
+        };
+        let cases: Vec<(&str, Machine, Option<Node>, Timestamp, &str)> = vec![
+            (
+                "join",
+                machine(MachinePhase::Pending, "00:00:01", (Create, Processing), vec![]),
+                Some(node(ready(), false, false)),
+                t("00:02:00"),
+                "Machine m1 successfully joined the cluster in 2m0s",
+            ),
+            (
+                "re-join",
+                machine(MachinePhase::Unknown, "00:10:00", (HealthCheck, Processing), not_ready()),
+                Some(node(ready(), false, false)),
+                t("00:11:00"),
+                "Machine m1 successfully re-joined the cluster",
+            ),
+            (
+                "unhealthy",
+                machine(MachinePhase::Running, "00:02:00", (Create, Successful), ready()),
+                Some(node(not_ready(), false, false)),
+                t("00:03:00"),
+                "Machine m1 is unhealthy - changing MachinePhase to Unknown. Node conditions: [Ready=Unknown, \
+                 DiskPressure=Unknown]",
+            ),
+            (
+                "creation timeout",
+                machine(MachinePhase::Pending, "00:00:01", (Create, Processing), vec![]),
+                None,
+                t("00:21:00"),
+                "Machine m1 failed to join the cluster in 20m0s minutes.",
+            ),
+            (
+                "health timeout",
+                machine(MachinePhase::Unknown, "00:10:00", (HealthCheck, Processing), not_ready()),
+                Some(node(not_ready(), false, false)),
+                t("00:21:00"),
+                "Machine m1 health checks failing since last 10m0s minutes. Updating machine phase to Failed. Node \
+                 Conditions: [Ready=Unknown, DiskPressure=Unknown]",
+            ),
+        ];
+        for (name, m, n, now, want) in cases {
+            assert_eq!(description(decide(&m, "m1", n.as_ref(), now, &e)), want, "{name}");
+        }
     }
 
     #[test]

@@ -607,7 +607,9 @@ mod tests {
             });
             machine
         };
-        assert!(reports_out_of_range(&with("Cloud provider message - OutOfRange: 2 VMs claim machine \"m\"")));
+        assert!(reports_out_of_range(&with(
+            "Cloud provider message - machine codes error: code = [OutOfRange] message = [2 VMs claim machine \"m\"]"
+        )));
         assert!(!reports_out_of_range(&with("Creating machine on cloud provider")));
         assert!(!reports_out_of_range(&Machine::new("m", Default::default())));
     }

@@ -223,13 +223,16 @@ fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
 /// warning; an unusable certificate or a taken port is.
 async fn serve_webhooks(
     options: &RunOptions,
+    control: &kube::Client,
     progress: &impl Fn(&str),
 ) -> Result<Option<crate::webhooks::WebhookServer>, RunError> {
-    use crate::webhooks::{Certificates, WebhookError, WebhookServer};
+    use crate::webhooks::{Certificates, ClassValidation, WebhookError, WebhookServer};
     let Some(addr) = options.webhook_addr else { return Ok(None) };
     let dir = options.webhook_cert_dir.clone();
-    match WebhookServer::start(addr, Certificates::Dir(dir.clone())).await {
-        Ok(server) => {
+    let classes = ClassValidation::pending();
+    match WebhookServer::start(addr, Certificates::Dir(dir.clone()), classes.clone()).await {
+        Ok(mut server) => {
+            server.abort_with(tokio::spawn(classes.follow_crd(control.clone())));
             progress(&format!("serving admission webhooks on https://{}", server.addr()));
             Ok(Some(server))
         }
@@ -265,7 +268,7 @@ pub async fn run(
         progress(&format!("serving health probes on http://{addr}/healthz and /readyz"));
     }
     // Every replica serves the webhooks, leading or not (as controller-runtime's managers do).
-    let webhooks = serve_webhooks(&options, &progress).await?;
+    let webhooks = serve_webhooks(&options, &clusters.control, &progress).await?;
 
     // The object gauges watch machine.sapcloud.io kinds, which an infrastructure-only install does not have.
     let (mut caches, watches) = if options.mcm_flavour() {

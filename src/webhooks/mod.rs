@@ -10,6 +10,7 @@ pub mod review;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
@@ -99,6 +102,55 @@ impl ResolvesServerCert for Resolver {
     }
 }
 
+/// Whether the MachineClass webhook judges classes ([`crate::lifecycle::admission::validates_classes`]): `mcm run`
+/// keeps it in step with the MachineClass CRD ([`ClassValidation::follow_crd`]); `mcm dev` always judges.
+#[derive(Clone, Debug)]
+pub struct ClassValidation(Arc<AtomicBool>);
+
+impl ClassValidation {
+    /// Judged from the start, for good.
+    pub fn always() -> Self {
+        ClassValidation(Arc::new(AtomicBool::new(true)))
+    }
+
+    /// Not judged until [`ClassValidation::follow_crd`] has read the CRD once (admitting a class unjudged is
+    /// safe: the controllers report a bad class; refusing another MCM's class is not).
+    pub fn pending() -> Self {
+        ClassValidation(Arc::new(AtomicBool::new(false)))
+    }
+
+    /// Whether classes are judged now.
+    pub fn on(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Reads the `machineclasses.machine.sapcloud.io` CRD now and every [`CRD_READ_EVERY`], judging classes only
+    /// while it is ours (or absent). A failed read keeps the last answer.
+    pub async fn follow_crd(self, client: kube::Client) {
+        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client);
+        let mut first = true;
+        loop {
+            match crds.get_opt(CLASS_CRD).await {
+                Ok(crd) => {
+                    let on = crate::lifecycle::admission::validates_classes(crd.as_ref().map(|c| c.labels()));
+                    if self.0.swap(on, Ordering::Relaxed) != on || std::mem::take(&mut first) {
+                        let verdict = if on { "judged" } else { "admitted unjudged (the CRD is another MCM's)" };
+                        tracing::info!("MachineClass webhook: classes {verdict}");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "MachineClass webhook: could not read the {CLASS_CRD} CRD"),
+            }
+            tokio::time::sleep(CRD_READ_EVERY).await;
+        }
+    }
+}
+
+/// The MachineClass CRD's name.
+const CLASS_CRD: &str = "machineclasses.machine.sapcloud.io";
+
+/// How often [`ClassValidation::follow_crd`] reads the CRD.
+const CRD_READ_EVERY: Duration = Duration::from_secs(30);
+
 /// A running webhook server.
 pub struct WebhookServer {
     addr: SocketAddr,
@@ -116,7 +168,12 @@ impl Drop for WebhookServer {
 impl WebhookServer {
     /// Listens on `addr` and serves the webhooks with `certificates`; providerSpecs are checked by
     /// [`crate::providers::check_provider_spec`].
-    pub async fn start(addr: SocketAddr, certificates: Certificates) -> Result<Self, WebhookError> {
+    /// `classes` says whether MachineClasses are judged (see [`ClassValidation`]).
+    pub async fn start(
+        addr: SocketAddr,
+        certificates: Certificates,
+        classes: ClassValidation,
+    ) -> Result<Self, WebhookError> {
         let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
         let (chain, key, dir) = match certificates {
             Certificates::Dir(dir) => {
@@ -132,12 +189,17 @@ impl WebhookServer {
         let listener =
             tokio::net::TcpListener::bind(addr).await.map_err(|source| WebhookError::Bind { addr, source })?;
         let addr = listener.local_addr().map_err(|source| WebhookError::Bind { addr, source })?;
-        let router = axum::Router::new().fallback(handle);
+        let router = axum::Router::new().fallback(move |request: Request| handle(request, classes.clone()));
         let mut tasks = vec![tokio::spawn(serve(listener, acceptor, router))];
         if let Some(dir) = dir {
             tasks.push(tokio::spawn(reload(dir, (chain, key), resolver)));
         }
         Ok(WebhookServer { addr, tasks })
+    }
+
+    /// Stops `task` with the server (a helper serving it, such as [`ClassValidation::follow_crd`]).
+    pub fn abort_with(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.tasks.push(task);
     }
 
     /// Where it listens.
@@ -188,7 +250,7 @@ async fn reload(dir: PathBuf, mut current: (Vec<u8>, Vec<u8>), resolver: Arc<Res
     }
 }
 
-async fn handle(request: Request) -> Response {
+async fn handle(request: Request, classes: ClassValidation) -> Response {
     let path = request.uri().path().to_string();
     if request.method() != axum::http::Method::POST {
         return (axum::http::StatusCode::METHOD_NOT_ALLOWED, "POST an AdmissionReview").into_response();
@@ -203,7 +265,7 @@ async fn handle(request: Request) -> Response {
             return (axum::http::StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")).into_response();
         }
     };
-    let answer = review::answer(&path, &review, &crate::providers::check_provider_spec);
+    let answer = review::answer(&path, &review, &crate::providers::check_provider_spec, classes.on());
     Response::builder()
         .header(axum::http::header::CONTENT_TYPE, "application/json")
         .body(Body::from(answer.to_string()))
@@ -224,7 +286,7 @@ pub fn configurations(name: &str, base_url: &str, ca_pem: &str) -> [Value; 2] {
                     "name": h.name(),
                     "admissionReviewVersions": ["v1"],
                     "clientConfig": {"url": format!("{base_url}{}", h.path()), "caBundle": bundle},
-                    "failurePolicy": "Fail",
+                    "failurePolicy": h.failure_policy,
                     "matchPolicy": "Equivalent",
                     "sideEffects": "None",
                     "timeoutSeconds": 10,
@@ -277,15 +339,21 @@ mod tests {
                     webhook["clientConfig"]["service"]["path"].as_str().unwrap().to_string(),
                     rule["resources"][0].as_str().unwrap().to_string(),
                     rule["apiGroups"][0].as_str().unwrap().to_string(),
+                    webhook["failurePolicy"].as_str().unwrap().to_string(),
                 ));
-                assert_eq!(webhook["failurePolicy"], "Fail");
                 assert_eq!(webhook["sideEffects"], "None");
                 assert_eq!(rule["operations"], json!(["CREATE", "UPDATE"]));
             }
         }
-        let served: Vec<_> =
-            HOOKS.iter().map(|h| (h.kind, h.name(), h.path(), h.resource.to_string(), h.group.to_string())).collect();
+        let served: Vec<_> = HOOKS
+            .iter()
+            .map(|h| {
+                (h.kind, h.name(), h.path(), h.resource.to_string(), h.group.to_string(), h.failure_policy.to_string())
+            })
+            .collect();
         assert_eq!(shipped, served);
+        let ignored: Vec<_> = HOOKS.iter().filter(|h| h.failure_policy != "Fail").map(|h| h.kind_name).collect();
+        assert_eq!(ignored, ["MachineClass"], "only MachineClass writes go on without us");
     }
 
     #[test]

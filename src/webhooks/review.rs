@@ -32,6 +32,9 @@ pub struct Hook {
     pub kind_name: &'static str,
     /// The plural resource name (the rule's `resources`).
     pub resource: &'static str,
+    /// The configuration's `failurePolicy`: `Fail` for our kinds; `Ignore` for MachineClass, whose writes must not
+    /// depend on our manager being up where another MCM uses the kind.
+    pub failure_policy: &'static str,
 }
 
 impl Hook {
@@ -66,6 +69,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MCMMachine",
         resource: "mcmmachines",
+        failure_policy: "Fail",
     },
     Hook {
         kind: HookKind::Mutate,
@@ -73,6 +77,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MCMMachineTemplate",
         resource: "mcmmachinetemplates",
+        failure_policy: "Fail",
     },
     Hook {
         kind: HookKind::Validate,
@@ -80,6 +85,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MCMMachine",
         resource: "mcmmachines",
+        failure_policy: "Fail",
     },
     Hook {
         kind: HookKind::Validate,
@@ -87,6 +93,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MCMMachineTemplate",
         resource: "mcmmachinetemplates",
+        failure_policy: "Fail",
     },
     Hook {
         kind: HookKind::Validate,
@@ -94,6 +101,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MCMCluster",
         resource: "mcmclusters",
+        failure_policy: "Fail",
     },
     Hook {
         kind: HookKind::Validate,
@@ -101,6 +109,7 @@ pub const HOOKS: &[Hook] = &[
         version: "v1alpha1",
         kind_name: "MachineClass",
         resource: "machineclasses",
+        failure_policy: "Ignore",
     },
 ];
 
@@ -115,13 +124,14 @@ fn decode<T: DeserializeOwned>(value: Option<&Value>, what: &str) -> Result<T, B
 }
 
 /// The answer to an `admission.k8s.io/v1` AdmissionReview posted to `path`.
-pub fn answer(path: &str, review: &Value, check: ProviderSpecCheck<'_>) -> Value {
+/// `classes`: whether MachineClasses are judged ([`admission::validates_classes`]).
+pub fn answer(path: &str, review: &Value, check: ProviderSpecCheck<'_>, classes: bool) -> Value {
     let request = review.get("request").cloned().unwrap_or(Value::Null);
     let uid = request.get("uid").cloned().unwrap_or(json!(""));
     let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
     let response = match HOOKS.iter().find(|h| h.path() == path) {
         None => json!({"allowed": false, "status": {"code": 404, "message": format!("no webhook at {path}")}}),
-        Some(hook) => match respond(hook, &request, check) {
+        Some(hook) => match respond(hook, &request, check, classes) {
             Ok(response) => response,
             Err(BadRequest(why)) => json!({"allowed": false, "status": {"code": 400, "message": why}}),
         },
@@ -131,7 +141,7 @@ pub fn answer(path: &str, review: &Value, check: ProviderSpecCheck<'_>) -> Value
     json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
 }
 
-fn respond(hook: &Hook, request: &Value, check: ProviderSpecCheck<'_>) -> Result<Value, BadRequest> {
+fn respond(hook: &Hook, request: &Value, check: ProviderSpecCheck<'_>, classes: bool) -> Result<Value, BadRequest> {
     let operation = request.get("operation").and_then(Value::as_str).unwrap_or_default();
     let object = request.get("object");
     let old = request.get("oldObject");
@@ -171,6 +181,10 @@ fn respond(hook: &Hook, request: &Value, check: ProviderSpecCheck<'_>) -> Result
             };
             Ok(verdict_response(hook, new.metadata.name.as_deref(), verdict))
         }
+        (HookKind::Validate, "MachineClass") if !classes => Ok(json!({
+            "allowed": true,
+            "warnings": ["not validated: the MachineClass CRD is not the one this provider installs (another MCM owns it)"],
+        })),
         (HookKind::Validate, "MachineClass") => {
             let new: MachineClass = decode(object, "object")?;
             let old: Option<MachineClass> = if update { Some(decode(old, "oldObject")?) } else { None };
@@ -269,6 +283,7 @@ mod tests {
             "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmmachinetemplate",
             &review("CREATE", template, None),
             &no_drivers,
+            true,
         );
         assert_eq!(out["kind"], "AdmissionReview");
         let response = &out["response"];
@@ -294,6 +309,7 @@ mod tests {
             "/mutate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmmachine",
             &review("CREATE", machine.clone(), None),
             &no_drivers,
+            true,
         );
         let response = &out["response"];
         assert_eq!((response["allowed"].clone(), response["patchType"].clone()), (json!(true), json!("JSONPatch")));
@@ -313,6 +329,7 @@ mod tests {
             "/mutate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmmachine",
             &review("CREATE", complete, None),
             &no_drivers,
+            true,
         );
         assert_eq!(out["response"], json!({"allowed": true, "uid": "u-1"}), "nothing to default: no patch");
     }
@@ -324,6 +341,7 @@ mod tests {
             "/validate-machine-sapcloud-io-v1alpha1-machineclass",
             &review("CREATE", class(json!({})), None),
             &no_drivers,
+            true,
         );
         assert_eq!(out["response"]["allowed"], true);
         assert_eq!(out["response"]["warnings"].as_array().unwrap().len(), 1);
@@ -332,24 +350,40 @@ mod tests {
             "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmmachinetemplate",
             &review("UPDATE", template("b"), Some(template("a"))),
             &no_drivers,
+            true,
         );
         assert_eq!(out["response"]["status"]["details"]["causes"][0]["field"], "spec.template.spec");
         let out = answer(
             "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmcluster",
             &review("CREATE", json!("x"), None),
             &no_drivers,
+            true,
         );
         assert_eq!(
             (out["response"]["allowed"].clone(), out["response"]["status"]["code"].clone()),
             (json!(false), json!(400))
         );
-        let out = answer("/nope", &review("CREATE", json!({}), None), &no_drivers);
+        let out = answer("/nope", &review("CREATE", json!({}), None), &no_drivers, true);
         assert_eq!(out["response"]["status"]["code"], 404);
         let out = answer(
             "/validate-infrastructure-cluster-x-k8s-io-v1alpha1-mcmcluster",
             &review("DELETE", Value::Null, None),
             &no_drivers,
+            true,
         );
         assert_eq!(out["response"]["allowed"], true);
+    }
+
+    #[test]
+    fn a_class_is_admitted_unjudged_where_another_mcm_owns_the_crd() {
+        // A Gardener class our strict parser would refuse (an unknown field).
+        let class = json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass", "metadata": {"name": "c"},
+            "provider": "InMemory", "providerSpec": {"newGardenerField": 1}});
+        let path = "/validate-machine-sapcloud-io-v1alpha1-machineclass";
+        let ours = answer(path, &review("CREATE", class.clone(), None), &crate::providers::check_provider_spec, true);
+        assert_eq!(ours["response"]["allowed"], false, "{ours}");
+        let theirs = answer(path, &review("CREATE", class, None), &crate::providers::check_provider_spec, false);
+        assert_eq!(theirs["response"]["allowed"], true, "{theirs}");
+        assert!(theirs["response"]["warnings"][0].as_str().unwrap().starts_with("not validated"));
     }
 }

@@ -23,6 +23,8 @@ use crate::api::schema::{preserve_unknown_object, resource_list};
     namespaced,
     // MachineClasses belong to no Cluster's owner chain; with this label `clusterctl move` takes them along.
     label("clusterctl.cluster.x-k8s.io/move", ""),
+    // Says the CRD is this provider's, not Gardener's MCM's (the MachineClass webhook judges classes only then).
+    label("app.kubernetes.io/part-of", "cluster-api-provider-mcm"),
     no_spec
 )]
 #[serde(rename_all = "camelCase")]

@@ -3,12 +3,11 @@
 //! not one per machine.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use jiff::Timestamp;
 
-use crate::controllers::context::lock;
 use crate::lifecycle::create::refusal::{Fingerprint, Refusal};
 use crate::lifecycle::requeue::until_past;
 use crate::lifecycle::{Backoff, clock};
@@ -33,10 +32,15 @@ pub(crate) struct ClassRefusals {
 }
 
 impl ClassRefusals {
+    /// The marks (a panic elsewhere while they were held leaves them usable: each update is one insert or remove).
+    fn marks(&self) -> MutexGuard<'_, HashMap<Fingerprint, Mark>> {
+        self.marks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// The mark of `class` if it holds this machine's create back at `now`, and for how long. Once the back-off
     /// has run out, the first machine to ask may try (it probes for the class); the others wait for its answer.
     pub(crate) fn holding(&self, class: Fingerprint, now: Timestamp) -> Option<(Refusal, Duration)> {
-        let mut marks = lock(&self.marks);
+        let mut marks = self.marks();
         let mark = marks.get_mut(&class)?;
         if let Some(wait) = mark.refusal.holds(now) {
             return Some((mark.refusal.clone(), wait));
@@ -60,7 +64,7 @@ impl ClassRefusals {
         now: Timestamp,
         backoff: &Backoff,
     ) -> (Refusal, Duration, bool) {
-        let mut marks = lock(&self.marks);
+        let mut marks = self.marks();
         marks.retain(|_, m| clock::plus(m.refusal.until, FORGET_AFTER) > now);
         let previous = marks.get(&class).map(|m| &m.refusal);
         let first = previous.is_none();
@@ -75,7 +79,7 @@ impl ClassRefusals {
 
     /// The cloud accepted a create of `class`: the mark goes.
     pub(crate) fn accepted(&self, class: Fingerprint) {
-        lock(&self.marks).remove(&class);
+        self.marks().remove(&class);
     }
 }
 
@@ -124,6 +128,6 @@ mod tests {
         let error = DriverError::new(Code::InvalidArgument, "x");
         book.refused(class("a"), &error, t("00:00:00"), &backoff);
         book.refused(class("b"), &error, t("02:00:00"), &backoff);
-        assert_eq!(lock(&book.marks).len(), 1);
+        assert_eq!(book.marks().len(), 1);
     }
 }

@@ -306,3 +306,25 @@ fn defaults() {
     default_template(&mut t);
     assert_eq!(t.spec.template.spec.class.unwrap().kind, "MachineClass");
 }
+
+#[test]
+fn classes_are_judged_only_while_the_crd_is_ours() {
+    use std::collections::BTreeMap;
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let ours =
+        labels(&[("app.kubernetes.io/part-of", "cluster-api-provider-mcm"), ("clusterctl.cluster.x-k8s.io", "")]);
+    // Gardener's CRD, even when labelled for clusterctl move as docs/clusterctl.md suggests.
+    let gardeners = labels(&[("clusterctl.cluster.x-k8s.io/move", "")]);
+    let someone_elses = labels(&[("app.kubernetes.io/part-of", "gardener")]);
+    let cases = [
+        ("no CRD", None, true),
+        ("ours", Some(&ours), true),
+        ("Gardener's", Some(&gardeners), false),
+        ("part of something else", Some(&someone_elses), false),
+    ];
+    for (name, crd, want) in cases {
+        assert_eq!(validates_classes(crd), want, "{name}");
+    }
+}

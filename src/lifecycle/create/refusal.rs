@@ -86,7 +86,7 @@ pub fn held_status(
     let description = format!(
         "{}{} (class {class} was refused {} time(s); not tried again before {})",
         text::CLOUD_PROVIDER_MESSAGE,
-        refusal.error,
+        refusal.error.machine_codes(),
         refusal.count,
         refusal.until,
     );

@@ -123,6 +123,12 @@ impl DriverError {
         DriverError { code, message: message.into() }
     }
 
+    /// The error as MCM's machine-codes status prints it (`machine codes error: code = [NotFound] message = [...]`),
+    /// for the status descriptions MCM builds from `err.Error()`: tools that parse them read the same text.
+    pub fn machine_codes(&self) -> String {
+        format!("machine codes error: code = [{}] message = [{}]", self.code, self.message)
+    }
+
     /// `InvalidArgument` for a field of the providerSpec.
     pub fn invalid_field(field: &str, why: impl fmt::Display) -> Self {
         DriverError::new(Code::InvalidArgument, format!("providerSpec.{field}: {why}"))

@@ -24,7 +24,9 @@ async fn boot_failure_crash_loops_then_fails_at_the_creation_timeout() {
     assert_eq!((op.type_, op.state), (Some(MachineOperationType::Create), Some(MachineState::Failed)));
     assert_eq!(
         op.description.as_deref(),
-        Some("Cloud provider message - ResourceExhausted: injected failure (providerSpec.failCreate)")
+        Some(
+            "Cloud provider message - machine codes error: code = [ResourceExhausted] message = [injected failure (providerSpec.failCreate)]"
+        )
     );
 
     let failed = env.wait_phase("no-room", MachinePhase::Failed, WAIT).await;
@@ -76,7 +78,9 @@ async fn invalid_provider_spec_crash_loops_without_a_vm() {
     let op = failed.status.unwrap().last_operation.unwrap();
     let description = op.description.unwrap();
     assert!(
-        description.starts_with("Cloud provider message - InvalidArgument: providerSpec.bootJitter"),
+        description.starts_with(
+            "Cloud provider message - machine codes error: code = [InvalidArgument] message = [providerSpec.bootJitter"
+        ),
         "{description}"
     );
     assert_eq!(op.error_code.as_deref(), Some("InvalidArgument"));
@@ -106,11 +110,15 @@ async fn a_dead_vm_goes_unknown_then_failed_at_the_health_timeout() {
     let started = Instant::now();
     let op = unknown.status.unwrap().last_operation.unwrap();
     assert_eq!(op.type_, Some(MachineOperationType::HealthCheck));
-    assert!(op.description.unwrap().starts_with("Machine dies is unhealthy - changing MachineState to Unknown"));
+    assert!(op.description.unwrap().starts_with("Machine dies is unhealthy - changing MachinePhase to Unknown"));
     let failed = env.wait_phase("dies", MachinePhase::Failed, WAIT).await;
     assert!(started.elapsed() < Duration::from_secs(9), "failed {:?} after turning Unknown", started.elapsed());
     let description = failed.status.unwrap().last_operation.unwrap().description.unwrap();
-    assert!(description.starts_with("Machine dies is not healthy since 3s minutes."), "{description}");
+    assert!(
+        description
+            .starts_with("Machine dies health checks failing since last 3s minutes. Updating machine phase to Failed."),
+        "{description}"
+    );
     env.shutdown().await;
 }
 

@@ -233,7 +233,7 @@ async fn an_unreachable_api_server_freezes_machine_reconciles_until_it_answers()
         "currentStatus": {"phase": "Unknown", "lastUpdateTime": "2020-01-01T00:00:00Z"},
         "lastOperation": {
             "type": "HealthCheck", "state": "Processing", "lastUpdateTime": "2020-01-01T00:00:00Z",
-            "description": "Machine steady is unhealthy - changing MachineState to Unknown. Node conditions: []",
+            "description": "Machine steady is unhealthy - changing MachinePhase to Unknown. Node conditions: []",
         },
     }});
     env.machines().patch_status("steady", &PatchParams::default(), &Patch::Merge(&unknown)).await.unwrap();

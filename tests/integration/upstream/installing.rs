@@ -1,6 +1,7 @@
 //! What `clusterctl init` and `clusterctl delete` do to a management cluster with the real clusterctl and
-//! upstream core's components (nothing runs; only the installed objects are checked):
-//! - next to Gardener's MCM, which owns MCM's MachineClass CRD, neither touches that CRD nor its MachineClasses;
+//! upstream core's components:
+//! - next to Gardener's MCM, which owns MCM's MachineClass CRD, neither touches that CRD nor its MachineClasses, and
+//!   our running manager's MachineClass webhook admits Gardener's classes unjudged;
 //! - `--target-namespace` puts every namespaced component, and every namespace reference, into that namespace.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -42,11 +43,12 @@ async fn gardeners_mcm(m: &Management) -> CustomResourceDefinition {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_and_delete_leave_gardeners_machineclass_crd_and_classes_alone() {
     let Some(tools) = Tools::find("upstream::installing") else { return };
-    let m = Management::start(tools, "gardener-neighbour").await;
+    let mut m = Management::start(tools, "gardener-neighbour").await;
     let gardener = gardeners_mcm(&m).await;
     let crds: Api<CustomResourceDefinition> = Api::all(m.client.clone());
 
-    m.install(&["--core", &m.core(), "--infrastructure", "mcm"]).await;
+    // clusterctl init, then core's and our manager as their Pods would run (our webhooks served).
+    m.init("http://127.0.0.1:1").await;
     let after_init = crds.get(MACHINE_CLASS_CRD).await.unwrap();
     assert_eq!(after_init.metadata.labels, gardener.metadata.labels, "init left the CRD's labels (its owner) alone");
     assert_eq!(
@@ -58,6 +60,25 @@ async fn init_and_delete_leave_gardeners_machineclass_crd_and_classes_alone() {
         ours.metadata.labels.unwrap_or_default().get(PROVIDER_LABEL).map(String::as_str),
         Some("infrastructure-mcm")
     );
+
+    // Our MachineClass webhook sees Gardener's classes (same kind) but admits them unjudged: a field our strict
+    // parser does not know (Gardener's providers ignore unknown fields) is not refused.
+    let stderr = m.dir.0.join("mcm-infrastructure.stderr");
+    m.wait("our manager to have read the MachineClass CRD", || async {
+        std::fs::read_to_string(&stderr).ok()?.contains("MachineClass webhook: classes admitted unjudged").then_some(())
+    })
+    .await;
+    let newer = m.dir.0.join("gardener-class-newer.yaml");
+    std::fs::write(
+        &newer,
+        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: MachineClass\nmetadata:\n  name: worker-b\n  namespace: shoot--dev--a\n\
+         provider: AWS\nproviderSpec:\n  region: eu-west-1\n  machineType: m5.large\n  aFieldOfANewerGardener: true\n",
+    )
+    .unwrap();
+    let kubectl = Kubectl::for_kubeconfig(&m.kubeconfig);
+    let (ok, stdout, warned) = kubectl.try_run(&["create", "-f", newer.to_str().unwrap()]).await;
+    assert!(ok, "Gardener's class was refused: {stdout}{warned}\n{}", m.logs());
+    assert!(warned.contains("not validated: the MachineClass CRD is not the one this provider installs"), "{warned}");
 
     // --include-crd: our CRDs go, Gardener's CRD and its MachineClass stay.
     let (ok, stdout, stderr) = m.clusterctl(&["delete", "--infrastructure", "mcm", "--include-crd"]).await;

@@ -22,7 +22,9 @@ fn machine(phase: Option<MachinePhase>, provider_id: Option<&str>, node: Option<
         last_operation: Some(crate::api::mcm::LastOperation {
             type_: Some(MachineOperationType::Create),
             state: Some(MachineState::Failed),
-            description: Some("Cloud provider message - Unavailable: busy".into()),
+            description: Some(
+                "Cloud provider message - machine codes error: code = [Unavailable] message = [busy]".into(),
+            ),
             error_code: Some("Unavailable".into()),
             ..Default::default()
         }),
