@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::capi::{self, MachineAddress, MachineInitializationStatus, MachineNodeReference};
 use crate::api::infra::MCMMachine;
+use crate::lifecycle::capi_bootstrap::BootstrapPlan;
 
 /// The finalizer our Machine controller holds on CAPI Machines.
 pub const MACHINE_FINALIZER: &str = "capi.machine.sapcloud.io/machine";
@@ -46,6 +47,8 @@ pub struct MachineObservation<'a> {
     /// Whether its MachineSet's template is its MachineDeployment's ([`machine_set_up_to_date`]); `None` leaves
     /// the `UpToDate` condition alone (a machine no MachineSet controls, or owners not seen yet).
     pub up_to_date: Option<bool>,
+    /// What its bootstrap config says (`lifecycle::capi_bootstrap`); `None` judges by `dataSecretName` alone.
+    pub bootstrap: Option<&'a BootstrapPlan>,
 }
 
 /// CAPI's `UpToDate` for the machines of a MachineSet: the owner is authoritative, and a MachineSet's machines are
@@ -145,7 +148,8 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let old = m.status.clone().unwrap_or_default();
     let old_conditions = old.conditions.clone().unwrap_or_default();
     let now = obs.now;
-    let bootstrap = m.spec.bootstrap.data_secret_name.as_ref().is_some_and(|s| !s.is_empty());
+    let given = m.spec.bootstrap.data_secret_name.as_ref().is_some_and(|s| !s.is_empty());
+    let bootstrap = obs.bootstrap.map_or(given, |b| b.data_secret_created);
     let provisioned = infra_provisioned(obs.infra);
     let provider_id = infra_provider_id(obs.infra).map(str::to_string).or_else(|| m.spec.provider_id.clone());
     let node_ready = obs.node.and_then(ready_of);
@@ -203,14 +207,24 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
     let infra_message = infra_ready.map(|c| c.message.clone()).unwrap_or_default();
     let mut conditions = vec![
-        condition(
-            &old_conditions,
-            "BootstrapConfigReady",
-            bootstrap,
-            if bootstrap { "DataSecretProvided" } else { "DataSecretNotAvailable" },
-            "",
-            now,
-        ),
+        match obs.bootstrap {
+            Some(b) => condition_with_status(
+                &old_conditions,
+                "BootstrapConfigReady",
+                &b.condition.status,
+                &b.condition.reason,
+                &b.condition.message,
+                now,
+            ),
+            None => condition(
+                &old_conditions,
+                "BootstrapConfigReady",
+                bootstrap,
+                if bootstrap { "DataSecretProvided" } else { "DataSecretNotAvailable" },
+                "",
+                now,
+            ),
+        },
         condition(
             &old_conditions,
             "InfrastructureReady",
@@ -304,12 +318,14 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         addresses,
         phase: Some(phase.to_string()),
         observed_generation: m.metadata.generation,
+        // Left out while empty: the schema wants at least one property in it (a 422 otherwise).
         initialization: Some(MachineInitializationStatus {
             infrastructure_provisioned: provisioned
                 .then_some(true)
                 .or(old.initialization.as_ref().and_then(|i| i.infrastructure_provisioned)),
             bootstrap_data_secret_created: bootstrap.then_some(true),
-        }),
+        })
+        .filter(|i| i.infrastructure_provisioned.is_some() || i.bootstrap_data_secret_created.is_some()),
         extra: old.extra.clone(),
     };
     let provider_id = provider_id.filter(|p| m.spec.provider_id.as_deref() != Some(p.as_str()));
@@ -334,6 +350,10 @@ pub enum DeletionStep {
     DeleteInfrastructure,
     /// The MCMMachine is being deleted: wait until it is gone.
     WaitForInfrastructure,
+    /// Delete the bootstrap config (`spec.bootstrap.configRef`), after the infrastructure, as core does.
+    DeleteBootstrap,
+    /// The bootstrap config is being deleted: wait until it is gone (core's `WaitingForBootstrapDeletion`).
+    WaitForBootstrap,
     /// Delete the Node (CAPI deletes the Node of a deleted Machine).
     DeleteNode(String),
     /// Everything is gone: remove the finalizer.
@@ -355,6 +375,8 @@ pub struct DeletionObservation<'a> {
     pub drain_started: Option<Timestamp>,
     /// The current time.
     pub now: Timestamp,
+    /// Its bootstrap config: `None` when it names none or it is gone, else whether it is being deleted.
+    pub bootstrap_deleting: Option<bool>,
 }
 
 /// The merge patch by which a Machine takes its infrastructure machine, as core's Machine controller does with
@@ -387,7 +409,7 @@ fn hooks(m: &capi::Machine, prefix: &str) -> Vec<String> {
 }
 
 /// The next deletion step: hooks, drain (skipped without a Node or with `exclude-node-draining`; after the drain
-/// timeout, CAPI goes on without it), hooks, the MCMMachine, the Node, the finalizer.
+/// timeout, CAPI goes on without it), hooks, the MCMMachine, the bootstrap config, the Node, the finalizer.
 pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
     let m = obs.machine;
     let pre_drain = hooks(m, PRE_DRAIN_HOOK_PREFIX);
@@ -421,6 +443,11 @@ pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
     match obs.infra {
         Some(i) if i.metadata.deletion_timestamp.is_none() => return DeletionStep::DeleteInfrastructure,
         Some(_) => return DeletionStep::WaitForInfrastructure,
+        None => {}
+    }
+    match obs.bootstrap_deleting {
+        Some(false) => return DeletionStep::DeleteBootstrap,
+        Some(true) => return DeletionStep::WaitForBootstrap,
         None => {}
     }
     if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone()) {
@@ -568,6 +595,7 @@ mod tests {
                 creation_timeout: ten_min,
                 health_timeout: Some(ten_min),
                 up_to_date: None,
+                bootstrap: None,
             });
             assert_eq!(plan.status.phase.as_deref(), Some(expected), "{name}");
             assert_eq!(plan.provider_id.as_deref(), provider_id, "{name}");
@@ -580,6 +608,37 @@ mod tests {
 
     fn ready_node() -> Node {
         node(true, 10)
+    }
+
+    #[test]
+    fn an_empty_initialization_is_never_written() {
+        // The CRD wants at least one property in `status.initialization`: a new machine without bootstrap data or
+        // a provisioned MCMMachine has none to write, so it writes none.
+        let m = machine(false, &[]);
+        let plan = plan_machine(&MachineObservation {
+            machine: &m,
+            infra: None,
+            node: None,
+            now: t(5),
+            creation_timeout: Duration::from_secs(600),
+            health_timeout: None,
+            up_to_date: None,
+            bootstrap: None,
+        });
+        assert_eq!(plan.status.initialization, None);
+        assert!(serde_json::to_value(&plan.status).unwrap().get("initialization").is_none());
+        let m = machine(true, &[]);
+        let plan = plan_machine(&MachineObservation {
+            machine: &m,
+            infra: None,
+            node: None,
+            now: t(5),
+            creation_timeout: Duration::from_secs(600),
+            health_timeout: None,
+            up_to_date: None,
+            bootstrap: None,
+        });
+        assert_eq!(plan.status.initialization.and_then(|i| i.bootstrap_data_secret_created), Some(true));
     }
 
     #[test]
@@ -596,6 +655,7 @@ mod tests {
                 creation_timeout: Duration::from_secs(600),
                 health_timeout: None,
                 up_to_date: Some(true),
+                bootstrap: None,
             })
         };
         let first = obs(&m, 5);
@@ -661,6 +721,7 @@ mod tests {
                 creation_timeout: Duration::from_secs(600),
                 health_timeout: None,
                 up_to_date,
+                bootstrap: None,
             })
         };
         let up_to_date = |p: &MachinePlan| {
@@ -708,6 +769,7 @@ mod tests {
                 creation_timeout: Duration::from_secs(600),
                 health_timeout: None,
                 up_to_date: Some(template),
+                bootstrap: None,
             });
             assert_eq!(up_to_date(&p), Some((status.into(), reason.into())), "case {case}");
         }
@@ -855,6 +917,26 @@ mod tests {
                 drained,
                 drain_started: started.map(t),
                 now: t(now),
+                bootstrap_deleting: None,
+            });
+            assert_eq!(step, expected, "{name}");
+        }
+        // The bootstrap config goes after the infrastructure and before the Node, as in core.
+        for (name, infra, bootstrap, expected) in [
+            ("infra first", Some(&i), Some(false), DeletionStep::DeleteInfrastructure),
+            ("then the bootstrap config", None, Some(false), DeletionStep::DeleteBootstrap),
+            ("waited for", None, Some(true), DeletionStep::WaitForBootstrap),
+            ("then the Node", None, None, DeletionStep::DeleteNode("n1".into())),
+        ] {
+            let m = machine(true, &[]);
+            let step = deletion_step(&DeletionObservation {
+                machine: &m,
+                infra,
+                node: Some(&n),
+                drained: true,
+                drain_started: None,
+                now: t(0),
+                bootstrap_deleting: bootstrap,
             });
             assert_eq!(step, expected, "{name}");
         }

@@ -24,6 +24,7 @@
 //! `drain` (its options type).
 
 pub mod admission;
+pub mod capi_bootstrap;
 pub mod capi_cluster;
 pub mod capi_machine;
 pub mod capi_replicas;

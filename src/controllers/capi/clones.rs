@@ -18,6 +18,7 @@ use crate::controllers::context::key_of;
 use crate::controllers::error::is_conflict;
 use crate::controllers::writes::MANAGER;
 use crate::convert::machine_view::machine_from_hub;
+use crate::lifecycle::capi_bootstrap::config_kind_of_template;
 use crate::lifecycle::machine_set::machines::machine_from_template;
 
 pub(super) fn post() -> PostParams {
@@ -119,7 +120,43 @@ pub(super) fn new_machine(set: &MachineSet, hub: &mcm::MachineSet) -> Machine {
     let labels = m.metadata.labels.get_or_insert_with(Default::default);
     labels.insert(CLUSTER_NAME_LABEL.to_string(), m.spec.cluster_name.clone());
     labels.insert(SET_NAME_LABEL.to_string(), set.name_any());
+    // A bootstrap config template gives each Machine a config of its own, of the same name (as core clones it).
+    if let Some(r) = &set.spec.template.spec.bootstrap.config_ref
+        && let Some(kind) = config_kind_of_template(&r.kind)
+    {
+        m.spec.bootstrap.config_ref = Some(ContractVersionedObjectReference {
+            api_group: r.api_group.clone(),
+            kind: kind.to_string(),
+            name: name.clone(),
+        });
+    }
     m.spec.infrastructure_ref =
         ContractVersionedObjectReference { api_group: infra::GROUP.to_string(), kind: "MCMMachine".to_string(), name };
     m
+}
+
+/// Creates the bootstrap configs of the set's Machines that are still waiting for one (a pass cut short between a
+/// Machine and its config), from the set's bootstrap config template.
+pub(super) async fn ensure_bootstrap_clones(ctx: &CapiContext, set: &MachineSet, machines: &[Machine]) {
+    let Some(template) = &set.spec.template.spec.bootstrap.config_ref else { return };
+    if config_kind_of_template(&template.kind).is_none() {
+        return;
+    }
+    let waiting = machines.iter().filter(|m| {
+        m.metadata.deletion_timestamp.is_none()
+            && m.spec.bootstrap.data_secret_name.is_none()
+            && m.spec.bootstrap.config_ref.as_ref().is_some_and(|r| Some(&r.name) == m.metadata.name.as_ref())
+            && bootstrap_missing(m)
+    });
+    for m in waiting {
+        if let Err(e) = super::bootstrap::create_clone(&ctx.bootstrap_kinds, &ctx.control, template, m).await {
+            tracing::info!(machine = %key_of(m), error = %e, "creating the bootstrap config failed; next pass");
+        }
+    }
+}
+
+/// Whether the Machine controller reported its bootstrap config missing.
+fn bootstrap_missing(m: &Machine) -> bool {
+    let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "BootstrapConfigReady" && c.reason == "ObjectDoesNotExist"))
 }

@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::clones::{clone_of, ensure_clones, new_machine, post, template_of};
+use super::clones::{clone_of, ensure_bootstrap_clones, ensure_clones, new_machine, post, template_of};
 use super::{CapiContext, capi_controller_ref, capi_owner_refs};
 use crate::api::capi::{
     CLUSTER_NAME_LABEL, DEPLOYMENT_NAME_LABEL, Machine, MachineDeployment, MachineDeploymentStatus, MachineSet,
@@ -230,6 +230,7 @@ impl Flavour for CapiContext {
 
     async fn before_plan(&self, set: &MachineSet, machines: &[Machine]) {
         ensure_clones(self, set, machines).await;
+        ensure_bootstrap_clones(self, set, machines).await;
     }
     async fn create_context(&self, set: &MachineSet) -> Result<MCMMachineTemplate, String> {
         template_of(self, set).await
@@ -248,6 +249,11 @@ impl Flavour for CapiContext {
             Ok(_) => {}
             Err(e) if is_conflict(&e) => {}
             Err(e) => tracing::info!(machine = %key_of(&m), error = %e, "creating the MCMMachine failed; next pass"),
+        }
+        if let Some(template) = &set.spec.template.spec.bootstrap.config_ref
+            && let Err(e) = super::bootstrap::create_clone(&self.bootstrap_kinds, &self.control, template, &m).await
+        {
+            tracing::info!(machine = %key_of(&m), error = %e, "creating the bootstrap config failed; next pass");
         }
         Ok(m)
     }

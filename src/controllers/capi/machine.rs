@@ -23,6 +23,7 @@ use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::drain::{self, DrainError, DrainOptions};
+use crate::lifecycle::capi_bootstrap::{BootstrapPlan, Config, POLL, plan_bootstrap};
 use crate::lifecycle::capi_machine::{
     DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step, infra_adoption,
     merge_conditions, phase, plan_machine,
@@ -68,6 +69,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
     if let Some(infra) = &infra {
         take_infra(&ctx, &m, infra).await?;
     }
+    let bootstrap = bootstrap(&ctx, &m, &api).await?;
     let provider_id = infra.as_ref().and_then(|i| i.spec.provider_id.clone()).or_else(|| m.spec.provider_id.clone());
     let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| ctx.node_by_provider_id(p));
     let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
@@ -84,6 +86,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         creation_timeout,
         health_timeout,
         up_to_date: ctx.up_to_date(&m),
+        bootstrap: Some(&bootstrap),
     });
     if let Some(provider_id) = &plan.provider_id {
         writes::merge(&api, &*m, &json!({"spec": {"providerID": provider_id}}), "set the providerID of").await?;
@@ -106,7 +109,44 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         }
     }
     let resync = ctx.config.resync;
-    Ok(Action::requeue(plan.requeue_after.map_or(resync, |d| d.min(resync) + Duration::from_millis(100))))
+    let after = match (plan.requeue_after.map(|d| d + Duration::from_millis(100)), bootstrap.requeue_after) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(Action::requeue(after.map_or(resync, |d| d.min(resync))))
+}
+
+/// The Machine's bootstrap config, as core reads it (`lifecycle::capi_bootstrap`): taken, waited for, its data
+/// secret's name copied into `spec.bootstrap.dataSecretName`.
+async fn bootstrap(ctx: &CapiContext, m: &Machine, api: &Api<Machine>) -> Result<BootstrapPlan, Error> {
+    let namespace = m.namespace().unwrap_or_default();
+    let reference = m.spec.bootstrap.config_ref.as_ref().filter(|r| !r.name.is_empty() && !r.kind.is_empty());
+    let found = match reference {
+        Some(r) => Some(ctx.bootstrap_kinds.get(&ctx.control, r, &namespace).await?),
+        None => None,
+    };
+    let config = match &found {
+        None => Config::NotReferenced,
+        Some(None) => Config::Missing,
+        Some(Some(value)) => Config::Found(value),
+    };
+    let plan = plan_bootstrap(m, config, &super::capi_controller_ref("Machine", &m.metadata));
+    if let (Some(patch), Some(r)) = (&plan.take, reference) {
+        ctx.bootstrap_kinds.patch(&ctx.control, r, &namespace, patch).await?;
+        tracing::info!(machine = %key_of(m), config = %r.name, kind = %r.kind, "took its bootstrap config");
+    }
+    if let Some(name) = &plan.data_secret_name {
+        let patch = json!({"spec": {"bootstrap": {"dataSecretName": name}}});
+        writes::merge(api, m, &patch, "set the bootstrap data secret of").await?;
+        tracing::info!(machine = %key_of(m), secret = %name, "bootstrap provider generated data secret");
+    }
+    if let Some(error) = &plan.error
+        && ctx.reported.first(&format!("bootstrap:{}", key_of(m)), m.metadata.generation.unwrap_or(0))
+    {
+        tracing::warn!(machine = %key_of(m), "{error}");
+        publish_to(&ctx.machine_events, m, EventSpec::warning("BootstrapDataSecretMissing", error.clone())).await;
+    }
+    Ok(plan)
 }
 
 /// Takes the MCMMachine as core does (`lifecycle::capi_machine::infra_adoption`).
@@ -194,6 +234,16 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
         .or_else(|| m.status.as_ref().and_then(|s| s.node_ref.as_ref()).and_then(|r| ctx.node(&r.name)));
     let now = Timestamp::now();
     let reason = deleting_reason(m);
+    let namespace = m.namespace().unwrap_or_default();
+    let reference = m.spec.bootstrap.config_ref.as_ref().filter(|r| !r.name.is_empty() && !r.kind.is_empty());
+    let bootstrap_deleting = match reference {
+        Some(r) => ctx
+            .bootstrap_kinds
+            .get(&ctx.control, r, &namespace)
+            .await?
+            .map(|config| !config["metadata"]["deletionTimestamp"].is_null()),
+        None => None,
+    };
     let step = deletion_step(&DeletionObservation {
         machine: m,
         infra: infra.as_deref(),
@@ -201,6 +251,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
         drained: reason.as_deref().is_some_and(|r| DRAINED_REASONS.contains(&r)),
         drain_started: drain_started(m),
         now,
+        bootstrap_deleting,
     });
     tracing::debug!(machine = %key, ?step, "deletion step");
     match step {
@@ -284,6 +335,17 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
             deleting_status(api, m, "WaitingForInfrastructureDeletion", "waiting for the MCMMachine to go", None)
                 .await?;
             Ok(Action::await_change())
+        }
+        DeletionStep::DeleteBootstrap | DeletionStep::WaitForBootstrap => {
+            let kind = reference.map_or("", |r| r.kind.as_str());
+            if let (DeletionStep::DeleteBootstrap, Some(r)) = (&step, reference) {
+                ctx.bootstrap_kinds.delete(&ctx.control, r, &namespace).await?;
+                tracing::info!(machine = %key, config = %r.name, kind = %r.kind, "deleting the bootstrap config");
+            }
+            let message = format!("Waiting for {kind} to be deleted");
+            deleting_status(api, m, "WaitingForBootstrapDeletion", &message, None).await?;
+            // The config's kind is not watched: look again.
+            Ok(Action::requeue(POLL))
         }
         DeletionStep::DeleteNode(name) => {
             if let Some(target) = &ctx.target {

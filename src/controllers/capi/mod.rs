@@ -15,6 +15,7 @@
 //! The controllers refuse to start when upstream CAPI core's finalizers are found on the objects (both would act on
 //! them).
 
+mod bootstrap;
 mod clones;
 mod cluster;
 mod flavour;
@@ -180,6 +181,8 @@ pub(crate) struct CapiContext {
     pub options: SetOptions,
     /// Invalid objects reported.
     pub reported: Reports,
+    /// Bootstrap config kinds found by discovery.
+    pub bootstrap_kinds: bootstrap::BootstrapKinds,
 }
 
 impl CapiContext {
@@ -300,6 +303,7 @@ pub(crate) fn start(
         retries: RetryBook::default(),
         options: options.sets.clone(),
         reported: Reports::default(),
+        bootstrap_kinds: bootstrap::BootstrapKinds::default(),
     });
     let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);

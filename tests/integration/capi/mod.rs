@@ -5,6 +5,7 @@
 //! Ready Node carrying the providerID, as a kubelet would.
 
 mod autoscaler;
+mod bootstrap;
 mod deletion;
 mod membership;
 mod pause;
