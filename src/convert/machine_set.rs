@@ -50,6 +50,15 @@ struct CapiSetData {
     extra: Extra,
 }
 
+/// CAPI's `spec.deletion.order` of the CAPI MachineSet a hub set was converted from (empty when unset), or `None`
+/// for a set that is MCM's own.
+pub fn capi_deletion_order(hub: &mcm::MachineSet) -> Option<String> {
+    let mut annotations = hub.metadata.annotations.clone();
+    annotations.as_ref()?.get(CAPI_DATA)?;
+    let data: CapiSetData = take(&mut annotations, CAPI_DATA);
+    Some(data.deletion.and_then(|d| d.order).unwrap_or_default())
+}
+
 /// The CAPI MachineSet for a hub one.
 pub fn machine_set_to_capi(hub: &mcm::MachineSet) -> capi::MachineSet {
     let mut metadata = hub.metadata.clone();

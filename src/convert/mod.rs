@@ -33,5 +33,7 @@ pub use deployment::{
     apply_capi_deployment_defaults, deployment_from_capi, deployment_status_from_capi, deployment_status_to_capi,
     deployment_to_capi,
 };
-pub use machine_set::{machine_set_from_capi, machine_set_to_capi, set_status_from_capi, set_status_to_capi};
+pub use machine_set::{
+    capi_deletion_order, machine_set_from_capi, machine_set_to_capi, set_status_from_capi, set_status_to_capi,
+};
 pub use template::{class_of_reference, reference_of_class, template_from_capi, template_to_capi};

@@ -42,6 +42,17 @@ pub struct Availability {
     pub max_unavailable: i32,
 }
 
+/// The merge patch carrying a MachineDeployment's `spec.deletion.order` to one of its MachineSets, as core
+/// propagates it in place (no rollout); `None` when the set has it.
+pub fn deletion_order_patch(
+    deployment: &crate::api::capi::MachineDeployment,
+    set: &crate::api::capi::MachineSet,
+) -> Option<serde_json::Value> {
+    let wanted = deployment.spec.deletion.as_ref().and_then(|d| d.order.as_deref());
+    let has = set.spec.deletion.as_ref().and_then(|d| d.order.as_deref());
+    (wanted != has).then(|| serde_json::json!({"spec": {"deletion": {"order": wanted}}}))
+}
+
 /// The conditions of a MachineSet, with transition times kept from `old`.
 pub fn machine_set_conditions(obs: &ReplicaObservation<'_>, old: &[Condition]) -> Vec<Condition> {
     shared(obs, old)

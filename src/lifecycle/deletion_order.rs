@@ -88,8 +88,38 @@ pub fn phase_rank(phase: Option<&MachinePhase>) -> u8 {
     }
 }
 
+/// The last key of the order, among machines alike in everything else: MCM's (and CAPI's `Oldest`) older first,
+/// CAPI's `Newest` newer first, or CAPI's `Random`, which core breaks by name alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum AgeOrder {
+    /// The older machine first (MCM; CAPI `deletion.order: Oldest`).
+    #[default]
+    Oldest,
+    /// The newer machine first (CAPI `Newest`).
+    Newest,
+    /// No age: the name decides (CAPI `Random`, its default).
+    Random,
+}
+
+impl AgeOrder {
+    /// The order a MachineSet asks for: `None` (an MCM set) is MCM's; CAPI's `deletion.order`, unset meaning
+    /// `Random` as in core.
+    pub fn of_capi(order: Option<&str>) -> AgeOrder {
+        match order {
+            None | Some("Oldest") => AgeOrder::Oldest,
+            Some("Newest") => AgeOrder::Newest,
+            Some(_) => AgeOrder::Random,
+        }
+    }
+}
+
 /// Compares two machines: `Less` means `a` is deleted before `b`.
 pub fn compare(a: &DeletionFacts, b: &DeletionFacts) -> Ordering {
+    compare_in(AgeOrder::Oldest, a, b)
+}
+
+/// [`compare`] with the last key in `age` order.
+pub fn compare_in(age: AgeOrder, a: &DeletionFacts, b: &DeletionFacts) -> Ordering {
     preservation_key(a)
         .cmp(&preservation_key(b))
         .then(a.priority.cmp(&b.priority))
@@ -100,7 +130,11 @@ pub fn compare(a: &DeletionFacts, b: &DeletionFacts) -> Ordering {
             (None, None) => Ordering::Equal,
         })
         .then(a.phase_rank.cmp(&b.phase_rank))
-        .then(a.created.cmp(&b.created))
+        .then(match age {
+            AgeOrder::Oldest => a.created.cmp(&b.created),
+            AgeOrder::Newest => b.created.cmp(&a.created),
+            AgeOrder::Random => Ordering::Equal,
+        })
         .then_with(|| a.name.cmp(&b.name))
 }
 
@@ -175,6 +209,31 @@ mod tests {
     }
 
     use MachinePhase::*;
+
+    #[test]
+    fn capis_deletion_orders_decide_between_alike_machines() {
+        // b is the oldest, c the newest; a Failed machine goes first in every order (CAPI: unhealthy first).
+        let machines = [
+            machine("c", Some(Running), 3, &[], None),
+            machine("a", Some(Running), 2, &[], None),
+            machine("b", Some(Running), 1, &[], None),
+            machine("z", Some(Failed), 4, &[], None),
+        ];
+        let facts: Vec<DeletionFacts> = machines.iter().map(|m| DeletionFacts::from_machine(m, ts(NOW))).collect();
+        for (order, expected) in [
+            (None, ["z", "b", "a", "c"]),
+            (Some("Oldest"), ["z", "b", "a", "c"]),
+            (Some("Newest"), ["z", "c", "a", "b"]),
+            (Some("Random"), ["z", "a", "b", "c"]),
+            (Some(""), ["z", "a", "b", "c"]),
+        ] {
+            let age = AgeOrder::of_capi(order);
+            let mut sorted: Vec<&DeletionFacts> = facts.iter().collect();
+            sorted.sort_by(|a, b| compare_in(age, a, b));
+            let names: Vec<&str> = sorted.iter().map(|f| f.name.as_str()).collect();
+            assert_eq!(names, expected, "{order:?}");
+        }
+    }
 
     #[test]
     fn deletion_order_table() {

@@ -24,7 +24,7 @@ use std::collections::BTreeSet;
 
 use jiff::Timestamp;
 
-use super::deletion_order::{DeletionFacts, compare};
+use super::deletion_order::{AgeOrder, DeletionFacts, compare_in};
 
 use super::object_meta::{annotation, label, parse_rfc3339};
 use crate::api::mcm::names::{
@@ -146,6 +146,8 @@ pub struct ReplicaFacts {
     pub auto_preserve_count: i32,
     /// The machines the set owns (claimed), terminating ones included.
     pub machines: Vec<SetMachine>,
+    /// Which of two otherwise alike machines goes first (CAPI's `deletion.order`; MCM's is the oldest).
+    pub age_order: AgeOrder,
 }
 
 impl ReplicaFacts {
@@ -161,6 +163,7 @@ impl ReplicaFacts {
             auto_preserve_max: set.spec.auto_preserve_failed_machine_max,
             auto_preserve_count: set.status.as_ref().map_or(0, |s| s.auto_preserve_failed_machine_count),
             machines,
+            age_order: AgeOrder::of_capi(crate::convert::capi_deletion_order(set).as_deref()),
         }
     }
 }
@@ -255,7 +258,7 @@ pub fn plan_replicas(facts: &ReplicaFacts) -> ReplicaPlan {
     let surplus = candidates.len().saturating_sub(wanted).min(BURST_REPLICAS);
     if surplus > 0 {
         let mut sorted = candidates.clone();
-        sorted.sort_by(|a, b| compare(&a.order, &b.order));
+        sorted.sort_by(|a, b| compare_in(facts.age_order, &a.order, &b.order));
         victims.extend(
             sorted
                 .into_iter()

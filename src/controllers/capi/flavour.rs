@@ -144,6 +144,7 @@ impl Flavour for CapiContext {
         let mut s = machine_set_to_capi(hub);
         s.status = None;
         s.spec.cluster_name = d.spec.cluster_name.clone();
+        s.spec.deletion = d.spec.deletion.clone();
         if s.spec.template.spec.cluster_name.is_empty() {
             s.spec.template.spec.cluster_name = d.spec.cluster_name.clone();
         }

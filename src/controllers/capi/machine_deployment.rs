@@ -10,11 +10,12 @@ use kube::{Api, ResourceExt};
 
 use super::CapiContext;
 use super::flavour::DEPLOYMENT_FINALIZER as FINALIZER;
-use crate::api::capi::MachineDeployment;
+use crate::api::capi::{MachineDeployment, MachineSet};
 use crate::controllers::error::Error;
 use crate::controllers::replicas::{self, Flavour};
 use crate::controllers::writes;
 use crate::lifecycle::capi_cluster::deployment_membership_patch;
+use crate::lifecycle::capi_replicas::deletion_order_patch;
 use crate::lifecycle::machine_deployment::validation::validate;
 
 /// Reconciles a CAPI MachineDeployment.
@@ -48,7 +49,27 @@ pub(super) async fn reconcile(d: Arc<MachineDeployment>, ctx: Arc<CapiContext>) 
         // The write's watch event brings the labelled object back; the guarded writes below would conflict now.
         return Ok(Action::await_change());
     }
+    if !deleting {
+        propagate_deletion_order(&ctx, &d).await?;
+    }
     replicas::deployment_pass(&*ctx, &*d, &hub, now).await
+}
+
+/// `spec.deletion.order` goes to the deployment's MachineSets in place, as core propagates it.
+async fn propagate_deletion_order(ctx: &CapiContext, d: &MachineDeployment) -> Result<(), Error> {
+    let uid = d.metadata.uid.as_deref();
+    for set in ctx.sets.state() {
+        let controlled =
+            set.owner_references().iter().any(|o| o.controller == Some(true) && Some(o.uid.as_str()) == uid);
+        if !controlled || set.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Some(patch) = deletion_order_patch(d, &set) {
+            let api: Api<MachineSet> = Api::namespaced(ctx.control.clone(), &set.namespace().unwrap_or_default());
+            writes::merge(&api, &*set, &patch, "propagate the deletion order to").await?;
+        }
+    }
+    Ok(())
 }
 
 /// After an API error: back off per deployment.

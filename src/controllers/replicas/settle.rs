@@ -28,8 +28,16 @@ pub(crate) enum Expect {
     Exists,
     /// The object is gone or being deleted (we deleted it).
     Deleting,
-    /// The object's resourceVersion is no longer this one (we changed it).
-    ChangedFrom(String),
+    /// We changed the object from version `from` to version `to`: the store must show `to` or a later version.
+    /// A version between the two (another writer's, say the Machine controller's status write, arriving late)
+    /// does not count. Versions are compared as numbers where both sides are (etcd's and the embedded server's
+    /// are); otherwise any version other than `from` counts.
+    Reached {
+        /// The version our write started from.
+        from: String,
+        /// The version our write made.
+        to: String,
+    },
 }
 
 #[derive(Debug)]
@@ -48,7 +56,13 @@ impl Entry {
         match &self.expect {
             Expect::Exists => found.is_some(),
             Expect::Deleting => found.is_none_or(|o| o.meta().deletion_timestamp.is_some()),
-            Expect::ChangedFrom(rv) => found.is_none_or(|o| o.meta().resource_version.as_ref() != Some(rv)),
+            Expect::Reached { from, to } => found.is_none_or(|o| {
+                let shown = o.meta().resource_version.as_deref().unwrap_or_default();
+                match (shown.parse::<u64>(), to.parse::<u64>()) {
+                    (Ok(shown), Ok(to)) => shown >= to,
+                    _ => shown != from,
+                }
+            }),
         }
     }
 }
@@ -79,8 +93,9 @@ pub(crate) fn entry<K: Resource>(object: &K, expect: Expect) -> Entry {
 
 /// An entry for a write that took `before` to `after`; none when the server wrote nothing (same version).
 pub(crate) fn changed<K: Resource>(before: &K, after: &K) -> Option<Entry> {
-    let old = before.meta().resource_version.clone()?;
-    (after.meta().resource_version.as_ref() != Some(&old)).then(|| entry(before, Expect::ChangedFrom(old)))
+    let from = before.meta().resource_version.clone()?;
+    let to = after.meta().resource_version.clone()?;
+    (to != from).then(|| entry(before, Expect::Reached { from, to }))
 }
 
 impl<M, S, D> Written<M, S, D>
@@ -189,6 +204,10 @@ mod tests {
             ("deleted, not shown yet", entry(&machine("a", "2", false), Expect::Deleting), false),
             ("changed, shown", changed(&machine("a", "1", false), &machine("a", "2", false)).unwrap(), true),
             ("changed, not shown yet", changed(&machine("a", "2", false), &machine("a", "3", false)).unwrap(), false),
+            // The store shows version 2, another writer's, between ours (1 -> 4): not our write yet.
+            ("changed, store between", changed(&machine("a", "1", false), &machine("a", "4", false)).unwrap(), false),
+            ("changed, store beyond", changed(&machine("b", "3", false), &machine("b", "4", false)).unwrap(), true),
+            ("opaque versions", changed(&machine("a", "x", false), &machine("a", "y", false)).unwrap(), true),
         ];
         for (name, e, seen) in cases {
             assert_eq!(e.seen(&store), seen, "{name}");

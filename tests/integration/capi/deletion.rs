@@ -42,3 +42,57 @@ async fn hooks_hold_the_deletion_until_removed() {
     .await;
     env.shutdown().await;
 }
+
+/// Waits until the clock is past `m`'s creation second, so that the next Machine is younger (timestamps are whole
+/// seconds).
+async fn after_creation_of(m: &mcm::api::capi::Machine) {
+    let created = m.metadata.creation_timestamp.as_ref().unwrap().0;
+    wait_until("a new second", WAIT, || async {
+        (jiff::Timestamp::now().as_second() > created.as_second()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_down_follows_capis_deletion_order() {
+    let (env, capi, _provider) = env().await;
+    let mut d = deployment("ordered", 1, "small", rolling(1, 0));
+    d["spec"]["deletion"] = json!({"order": "Newest"});
+    create_deployment(&capi, d).await;
+    // Three Machines of three different ages: one at a time.
+    let mut by_age = Vec::new();
+    for n in 1..=3 {
+        if n > 1 {
+            super::patch_deployment(&capi, "ordered", json!({"spec": {"replicas": n}})).await;
+        }
+        let machines = wait_running(&capi, "ordered", n as usize).await;
+        let newest = machines.iter().find(|m| !by_age.contains(&m.name_any())).unwrap().clone();
+        by_age.push(newest.name_any());
+        after_creation_of(&newest).await;
+    }
+    let set = capi.sets.list(&Default::default()).await.unwrap().items;
+    let set =
+        set.iter().find(|s| s.labels().get("cluster.x-k8s.io/deployment-name").map(String::as_str) == Some("ordered"));
+    assert_eq!(set.unwrap().spec.deletion.as_ref().and_then(|d| d.order.as_deref()), Some("Newest"));
+
+    // Newest: the youngest goes.
+    super::patch_deployment(&capi, "ordered", json!({"spec": {"replicas": 2}})).await;
+    let left: Vec<String> = wait_running(&capi, "ordered", 2).await.iter().map(|m| m.name_any()).collect();
+    assert!(!left.contains(&by_age[2]), "Newest deletes {} first: {left:?}", by_age[2]);
+
+    // The order changes in place (no rollout); Oldest: the oldest goes.
+    super::patch_deployment(&capi, "ordered", json!({"spec": {"deletion": {"order": "Oldest"}}})).await;
+    wait_until("the order propagated to the MachineSet", WAIT, || async {
+        let sets = capi.sets.list(&Default::default()).await.ok()?.items;
+        let ordered: Vec<_> = sets
+            .iter()
+            .filter(|s| s.labels().get("cluster.x-k8s.io/deployment-name").map(String::as_str) == Some("ordered"))
+            .collect();
+        (ordered.len() == 1 && ordered[0].spec.deletion.as_ref()?.order.as_deref() == Some("Oldest")).then_some(())
+    })
+    .await;
+    super::patch_deployment(&capi, "ordered", json!({"spec": {"replicas": 1}})).await;
+    let left: Vec<String> = wait_running(&capi, "ordered", 1).await.iter().map(|m| m.name_any()).collect();
+    assert_eq!(left, [by_age[1].clone()], "Oldest deletes {} first", by_age[0]);
+    env.shutdown().await;
+}
