@@ -10,7 +10,7 @@
 //! | `spec.strategy` `Recreate`, `InPlaceUpdate` | annotation [`MCM_DATA`] |
 //! | `spec.paused` | `spec.paused` |
 //! | `minReadySeconds`, `revisionHistoryLimit`, `rollbackTo`, `progressDeadlineSeconds`, `autoPreserveFailedMachineMax` | annotation [`MCM_DATA`] |
-//! | `spec.strategy` of a type MCM does not know | `spec.rollout.strategy` of that type (`OnDelete`: the MCM validation refuses it) |
+//! | `spec.strategy` of a type MCM does not know | `spec.rollout.strategy` of that type (`OnDelete`: run for CAPI deployments, refused on MCM's API) |
 //! | annotation [`CAPI_DATA`] | `clusterName`, `rollout.after`, `deletion.order`, fields we do not model |
 //! | status counts, observed generation | status counts (`updatedReplicas` is `upToDateReplicas`), observed generation |
 //! | status conditions `Available`, `Progressing`, `ReplicaFailure`, `Frozen` | metav1 conditions of the same types |
@@ -312,7 +312,7 @@ mod tests {
         });
         let hub = deployment_from_capi(&c);
         let t = hub.spec.strategy.as_ref().and_then(|s| s.type_.clone());
-        assert_eq!(t, Some(MachineDeploymentStrategyType::Other("OnDelete".into())), "the MCM validation reports it");
+        assert_eq!(t, Some(MachineDeploymentStrategyType::Other("OnDelete".into())), "carried as an unknown MCM type");
         let back = deployment_to_capi(&hub);
         assert_eq!((back.metadata, back.spec), (c.metadata, c.spec));
     }

@@ -157,7 +157,9 @@ impl ReplicaFacts {
         ReplicaFacts {
             replicas: set.spec.replicas,
             frozen: label(meta, FREEZE_LABEL) == Some(FREEZE_VALUE),
-            scale_up_disabled: label(meta, SCALE_UP_DISABLED).is_some(),
+            // MCM's label, or CAPI's annotation (OnDelete's old sets carry it).
+            scale_up_disabled: label(meta, SCALE_UP_DISABLED).is_some()
+                || annotation(meta, super::machine_deployment::plan::DISABLE_MACHINE_CREATE) == Some("true"),
             deleting: meta.deletion_timestamp.is_some(),
             last_replica_change_by_scaler: annotation(meta, LAST_REPLICA_CHANGE_BY_SCALER).and_then(parse_rfc3339),
             auto_preserve_max: set.spec.auto_preserve_failed_machine_max,

@@ -25,8 +25,8 @@ use super::revision::{
     Rollback, history_cleanup, max_revision, new_set_annotations, plan_rollback, sync_new_set_annotations,
 };
 use super::rollout::{
-    ScaleTarget, is_recreate, is_rolling_update, max_surge, new_set_replicas, old_sets_at_zero, reconcile_new_set,
-    reconcile_old_sets, recreate_scale_down,
+    ScaleTarget, is_on_delete, is_recreate, is_rolling_update, max_surge, new_set_replicas, old_sets_at_zero,
+    on_delete_old_sets, reconcile_new_set, reconcile_old_sets, recreate_scale_down,
 };
 use super::scaling::{is_scaling_event, scale};
 use super::status::{
@@ -42,6 +42,9 @@ use crate::api::mcm::{
     ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachineDeploymentStatus, MachineSet,
 };
 use crate::lifecycle::object_meta::{annotation, merge_patch_of, set_annotation};
+
+/// CAPI's annotation telling a MachineSet not to create machines (set on OnDelete's old sets).
+pub const DISABLE_MACHINE_CREATE: &str = "cluster.x-k8s.io/disable-machine-create";
 
 /// Event: a set was scaled.
 pub const SCALING_MACHINE_SET: &str = "ScalingMachineSet";
@@ -191,6 +194,8 @@ pub fn plan_deployment(obs: &DeploymentObservation<'_>) -> DeploymentDecision {
         w.recreate(new);
     } else if is_rolling_update(obs.deployment) {
         w.rolling(new);
+    } else if is_on_delete(obs.deployment) {
+        w.on_delete(new);
     }
     w.finish()
 }
@@ -433,7 +438,17 @@ impl<'a> Work<'a> {
         self.write_status(status, false);
     }
 
+    /// A deployment no longer OnDelete lets every set create machines again (core writes `false` then).
+    fn allow_machine_creation(&mut self) {
+        for set in &mut self.sets {
+            if annotation(&set.metadata, DISABLE_MACHINE_CREATE).is_some_and(|v| v != "false") {
+                set_annotation(&mut set.metadata, DISABLE_MACHINE_CREATE, Some("false"));
+            }
+        }
+    }
+
     fn rolling(&mut self, new: Option<usize>) {
+        self.allow_machine_creation();
         let Some(new) = self.ensure_new_set(new) else {
             return self.rollout_status(None);
         };
@@ -478,6 +493,7 @@ impl<'a> Work<'a> {
     }
 
     fn recreate(&mut self, new: Option<usize>) {
+        self.allow_machine_creation();
         let old = self.old_indices(new);
         self.protect_during_rollout(&old);
         let targets = recreate_scale_down(&self.old_refs(new));
@@ -502,6 +518,36 @@ impl<'a> Work<'a> {
         self.scale_set(&ScaleTarget { name, replicas: self.d.spec.replicas }, false);
         if self.observed_complete() {
             self.release_after_rollout();
+            self.plan.delete_sets = history_cleanup(&self.d, &self.old_refs(Some(new)));
+        }
+        self.rollout_status(Some(new))
+    }
+
+    /// CAPI's OnDelete: the new set grows only into the room deleted old machines leave; old sets follow their
+    /// deletions and never make new machines (core's `disable-machine-create` annotation on them).
+    fn on_delete(&mut self, new: Option<usize>) {
+        let Some(new) = self.ensure_new_set(new) else {
+            return self.rollout_status(None);
+        };
+        let old = self.old_indices(Some(new));
+        for &i in &old {
+            set_annotation(&mut self.sets[i].metadata, DISABLE_MACHINE_CREATE, Some("true"));
+        }
+        set_annotation(&mut self.sets[new].metadata, DISABLE_MACHINE_CREATE, Some("false"));
+        let new_target = {
+            let all = self.all_refs();
+            reconcile_new_set(&self.d, &all, &self.sets[new])
+        };
+        let new_replicas = new_target.unwrap_or(self.sets[new].spec.replicas);
+        let targets = on_delete_old_sets(&self.d, &self.old_refs(Some(new)), new_replicas);
+        for t in &targets {
+            self.scale_set(t, false);
+        }
+        if let Some(replicas) = new_target {
+            let name = set_name(&self.sets[new]).to_string();
+            self.scale_set(&ScaleTarget { name, replicas }, false);
+        }
+        if self.observed_complete() {
             self.plan.delete_sets = history_cleanup(&self.d, &self.old_refs(Some(new)));
         }
         self.rollout_status(Some(new))

@@ -83,6 +83,14 @@ pub fn is_recreate(d: &MachineDeployment) -> bool {
     strategy_type(d) == Some(&MachineDeploymentStrategyType::Recreate)
 }
 
+/// CAPI's `OnDelete` strategy, carried through the hub as a strategy type MCM does not know.
+pub const ON_DELETE: &str = "OnDelete";
+
+/// Whether the deployment replaces machines only as they are deleted (CAPI's `OnDelete`).
+pub fn is_on_delete(d: &MachineDeployment) -> bool {
+    matches!(strategy_type(d), Some(MachineDeploymentStrategyType::Other(t)) if t == ON_DELETE)
+}
+
 fn strategy_type(d: &MachineDeployment) -> Option<&MachineDeploymentStrategyType> {
     d.spec.strategy.as_ref().and_then(|s| s.type_.as_ref())
 }
@@ -119,6 +127,11 @@ pub fn max_unavailable(d: &MachineDeployment) -> i32 {
 /// controller catches up surge twice (10 replicas at 25%: first 3, then 6 new machines).
 pub fn new_set_replicas(d: &MachineDeployment, all: &[&MachineSet], new: &MachineSet) -> i32 {
     let replicas = d.spec.replicas;
+    if is_on_delete(d) {
+        // Core's `NewMSNewReplicas` for OnDelete: fill what the deleted machines left, never more.
+        let current = sum(all, |s| spec_replicas(s).max(actual(s)));
+        return spec_replicas(new) + (replicas - current).max(0);
+    }
     if !is_rolling_update(d) {
         return replicas;
     }
@@ -231,6 +244,37 @@ pub fn reconcile_old_sets(d: &MachineDeployment, all: &[&MachineSet], new: &Mach
     targets
 }
 
+/// OnDelete: the old sets' new `spec.replicas` (core's `reconcileOldMachineSetsOnDelete`), with the new set at
+/// `new_replicas`. First each old set follows the machines the user deleted (spec down to `status.replicas`, so a
+/// deleted machine is not recreated there); then, oldest set first, as many as the total exceeds `replicas` by.
+pub fn on_delete_old_sets(d: &MachineDeployment, old: &[&MachineSet], new_replicas: i32) -> Vec<ScaleTarget> {
+    let mut old: Vec<(&MachineSet, i32)> =
+        old.iter().copied().filter(|s| spec_replicas(s) > 0).map(|s| (s, spec_replicas(s))).collect();
+    if old.is_empty() {
+        return Vec::new();
+    }
+    old.sort_by(|a, b| by_creation(a.0, b.0));
+    let total = old.iter().map(|(_, spec)| spec).sum::<i32>() + new_replicas;
+    let mut excess = (total - d.spec.replicas).max(0);
+    for (set, spec) in old.iter_mut() {
+        let gone = (*spec - actual(set)).max(0);
+        *spec -= gone;
+        excess -= gone;
+    }
+    for (_, spec) in old.iter_mut() {
+        if excess <= 0 {
+            break;
+        }
+        let n = (*spec).min(excess);
+        *spec -= n;
+        excess -= n;
+    }
+    old.into_iter()
+        .filter(|(set, spec)| *spec != spec_replicas(set))
+        .map(|(set, spec)| ScaleTarget { name: set_name(set).to_string(), replicas: spec })
+        .collect()
+}
+
 /// Recreate: the old sets that still have replicas, each scaled to 0.
 pub fn recreate_scale_down(old: &[&MachineSet]) -> Vec<ScaleTarget> {
     old.iter()
@@ -247,10 +291,52 @@ pub fn old_sets_at_zero(old: &[&MachineSet]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::machine_deployment::test_support::{deployment, ms, recreate, rolling};
+    use crate::lifecycle::machine_deployment::test_support::{deployment, ms, on_delete, recreate, rolling};
 
     fn ios(s: &str) -> IntOrString {
         if let Ok(i) = s.parse() { IntOrString::Int(i) } else { IntOrString::String(s.into()) }
+    }
+
+    #[test]
+    fn on_delete_table() {
+        // (case, replicas, old sets (name, created, spec, actual), new (spec, actual), new target, old targets)
+        type Set = (&'static str, u32, i32, i32);
+        type Case = (&'static str, i32, Vec<Set>, (i32, i32), i32, Vec<(&'static str, i32)>);
+        let cases: [Case; 6] = [
+            ("template changed: nothing moves", 3, vec![("old", 1, 3, 3)], (0, 0), 0, vec![]),
+            (
+                "one old machine deleted: the old set follows first",
+                3,
+                vec![("old", 1, 3, 2)],
+                (0, 0),
+                0,
+                vec![("old", 2)],
+            ),
+            ("then the new set fills the room", 3, vec![("old", 1, 2, 2)], (0, 0), 1, vec![]),
+            ("filled already", 3, vec![("old", 1, 2, 2)], (1, 1), 1, vec![]),
+            (
+                "scaled down: the oldest set gives first",
+                2,
+                vec![("a", 1, 2, 2), ("b", 2, 1, 1)],
+                (1, 1),
+                1,
+                vec![("a", 0)],
+            ),
+            ("all old deleted: old to 0 first", 2, vec![("old", 1, 1, 0)], (1, 1), 1, vec![("old", 0)]),
+        ];
+        for (case, replicas, old, (new_spec, new_actual), new_target, old_targets) in cases {
+            let d = deployment("d", replicas, on_delete());
+            let old: Vec<MachineSet> = old.iter().map(|(n, c, s, a)| ms(n, *c, *s, *a, *a)).collect();
+            let new = ms("new", 9, new_spec, new_actual, new_actual);
+            let mut all: Vec<&MachineSet> = old.iter().collect();
+            all.push(&new);
+            assert_eq!(new_set_replicas(&d, &all, &new), new_target, "{case}: new");
+            let old_refs: Vec<&MachineSet> = old.iter().collect();
+            let expected: Vec<ScaleTarget> =
+                old_targets.iter().map(|(n, r)| ScaleTarget { name: n.to_string(), replicas: *r }).collect();
+            assert_eq!(on_delete_old_sets(&d, &old_refs, new_target), expected, "{case}: old");
+        }
+        assert!(is_on_delete(&deployment("d", 1, on_delete())) && !is_on_delete(&deployment("d", 1, recreate())));
     }
 
     #[test]

@@ -49,6 +49,14 @@ pub(crate) fn recreate() -> MachineDeploymentStrategy {
     MachineDeploymentStrategy { type_: Some(MachineDeploymentStrategyType::Recreate), ..Default::default() }
 }
 
+/// CAPI's OnDelete strategy, as the conversion carries it.
+pub(crate) fn on_delete() -> MachineDeploymentStrategy {
+    MachineDeploymentStrategy {
+        type_: Some(MachineDeploymentStrategyType::Other(super::rollout::ON_DELETE.into())),
+        ..Default::default()
+    }
+}
+
 /// The template of the tables: labels `name=pool`, class `class-a`.
 pub(crate) fn template(class: &str) -> MachineTemplateSpec {
     MachineTemplateSpec {

@@ -94,6 +94,10 @@ pub fn validate(d: &MachineDeployment) -> Result<(), Vec<ValidationError>> {
         Some(MachineDeploymentStrategyType::Other(t)) if t.is_empty() => {
             errors.push(ValidationError::MissingStrategyType)
         }
+        // CAPI's OnDelete, on a deployment converted from CAPI's API (MCM's own API has no such strategy).
+        Some(MachineDeploymentStrategyType::Other(t))
+            if t == super::rollout::ON_DELETE
+                && d.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::convert::CAPI_DATA)) => {}
         Some(MachineDeploymentStrategyType::Other(t)) => errors.push(ValidationError::UnknownStrategyType(t.clone())),
     }
     let template_labels = d.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()).unwrap_or_default();
@@ -162,7 +166,17 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     use super::*;
-    use crate::lifecycle::machine_deployment::test_support::{deployment, rolling};
+    use crate::lifecycle::machine_deployment::test_support::{deployment, on_delete, rolling};
+
+    #[test]
+    fn on_delete_is_capis_only() {
+        let mcm = deployment("d", 1, on_delete());
+        assert_eq!(validate(&mcm), Err(vec![ValidationError::UnknownStrategyType("OnDelete".into())]));
+        let mut capi = mcm.clone();
+        capi.metadata.annotations =
+            Some(BTreeMap::from([(crate::convert::CAPI_DATA.to_string(), r#"{"clusterName":"c"}"#.to_string())]));
+        assert_eq!(validate(&capi), Ok(()));
+    }
 
     fn selector(pairs: &[(&str, &str)]) -> Option<LabelSelector> {
         Some(LabelSelector {

@@ -140,3 +140,63 @@ async fn machines_of_an_old_template_are_not_up_to_date() {
     assert_eq!(new.len(), 2);
     env.shutdown().await;
 }
+
+/// The MCMMachineTemplate each live Machine of `pool` was cloned from, by Machine name.
+async fn templates_of(capi: &Capi, pool: &str) -> std::collections::BTreeMap<String, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for m in capi.machines_of(pool).await.iter().filter(|m| m.metadata.deletion_timestamp.is_none()) {
+        if let Ok(infra) = capi.infra.get(&m.name_any()).await {
+            let from = infra.annotations().get("cluster.x-k8s.io/cloned-from-name").cloned().unwrap_or_default();
+            out.insert(m.name_any(), from);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_delete_replaces_a_machine_only_once_the_user_deletes_it() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("od", 2, "small", json!({"strategy": {"type": "OnDelete"}}))).await;
+    let first = names(&wait_running(&capi, "od", 2).await);
+
+    // A template change makes the new set, at 0: no machine is touched.
+    patch_deployment(&capi, "od", json!({"spec": {"template": {"spec": {"infrastructureRef": {"name": "large"}}}}}))
+        .await;
+    let sets = wait_until("the new set at 0 and the old one marked", WAIT, || async {
+        let sets = capi.sets.list(&Default::default()).await.ok()?.items;
+        let od: Vec<_> = sets
+            .into_iter()
+            .filter(|s| s.labels().get("cluster.x-k8s.io/deployment-name").map(String::as_str) == Some("od"))
+            .collect();
+        let disabled =
+            |s: &mcm::api::capi::MachineSet| s.annotations().get("cluster.x-k8s.io/disable-machine-create").cloned();
+        let old = od.iter().find(|s| disabled(s).as_deref() == Some("true"))?;
+        let new = od.iter().find(|s| disabled(s).as_deref() == Some("false"))?;
+        (od.len() == 2 && new.spec.replicas == Some(0) && old.spec.replicas == Some(2)).then_some(od)
+    })
+    .await;
+    assert_eq!(sets.len(), 2);
+    wait_until("RollingOut while outdated machines are left", WAIT, || async {
+        let d = capi.deployments.get("od").await.ok()?;
+        let conditions = d.status?.conditions?;
+        conditions.iter().any(|c| c.type_ == "RollingOut" && c.status == "True").then_some(())
+    })
+    .await;
+    assert_eq!(names(&wait_running(&capi, "od", 2).await), first, "OnDelete deletes nothing by itself");
+
+    // The user deletes one old machine: exactly one new machine from the new template takes its place.
+    let victim = first.iter().next().unwrap().clone();
+    capi.machines.delete(&victim, &Default::default()).await.unwrap();
+    let after = wait_until("one new machine from the new template", WAIT, || async {
+        let t = templates_of(&capi, "od").await;
+        let large = t.values().filter(|v| *v == "large").count();
+        let small = t.values().filter(|v| *v == "small").count();
+        (t.len() == 2 && large == 1 && small == 1 && !t.contains_key(&victim)).then_some(t)
+    })
+    .await;
+    let running = names(&wait_running(&capi, "od", 2).await);
+    assert_eq!(running, after.keys().cloned().collect(), "still 2 machines");
+    let kept: Vec<&String> = first.iter().filter(|n| **n != victim).collect();
+    assert!(running.contains(kept[0]), "the other old machine stays until it is deleted: {running:?}");
+    env.shutdown().await;
+}
