@@ -5,7 +5,7 @@
 use std::fmt::Debug;
 
 use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation, RemoveOperation, TestOperation};
+use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -117,14 +117,16 @@ pub(crate) async fn remove_finalizer<K>(api: &Api<K>, object: &K, finalizer: &st
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    let Some(i) = object.finalizers().iter().position(|f| f == finalizer) else {
+    let current = object.finalizers();
+    if !current.iter().any(|f| f == finalizer) {
         return Ok(());
-    };
-    let index = i.to_string();
-    let path = PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
+    }
+    // Every copy goes (an object may carry one twice); the test makes a concurrent change fail and retry.
+    let kept: Vec<&String> = current.iter().filter(|f| *f != finalizer).collect();
+    let path = PointerBuf::from_tokens(["metadata", "finalizers"]);
     let ops = vec![
-        PatchOperation::Test(TestOperation { path: path.clone(), value: json!(finalizer) }),
-        PatchOperation::Remove(RemoveOperation { path }),
+        PatchOperation::Test(TestOperation { path: path.clone(), value: json!(current) }),
+        PatchOperation::Replace(ReplaceOperation { path, value: json!(kept) }),
     ];
     json_patch(api, object, ops, "remove a finalizer from").await
 }

@@ -382,5 +382,7 @@ pub fn plan_cluster(obs: &ClusterObservation<'_>) -> ClusterPlan {
     ClusterPlan { own_infra, label_infra, control_plane_endpoint, status }
 }
 
+pub mod deletion;
+
 #[cfg(test)]
 mod tests;

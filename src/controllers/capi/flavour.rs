@@ -29,6 +29,7 @@ use crate::api::capi::{
 };
 use crate::api::infra::{MCMMachine, MCMMachineTemplate};
 use crate::api::mcm;
+use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
@@ -113,10 +114,14 @@ impl Flavour for CapiContext {
     fn deployment_to_hub(d: &MachineDeployment) -> Cow<'_, mcm::MachineDeployment> {
         let mut defaulted = d.clone();
         apply_capi_deployment_defaults(&mut defaulted);
-        Cow::Owned(deployment_from_capi(&defaulted))
+        let mut hub = deployment_from_capi(&defaulted);
+        hub_finalizer(&mut hub.metadata, DEPLOYMENT_FINALIZER);
+        Cow::Owned(hub)
     }
     fn set_to_hub(set: &MachineSet) -> Cow<'_, mcm::MachineSet> {
-        Cow::Owned(machine_set_from_capi(set))
+        let mut hub = machine_set_from_capi(set);
+        hub_finalizer(&mut hub.metadata, SET_FINALIZER);
+        Cow::Owned(hub)
     }
     fn machine_to_hub<'a>(&self, machine: &'a Machine) -> Cow<'a, mcm::Machine> {
         Cow::Owned(machine_to_hub(machine, self.infra_of(machine).as_deref()))
@@ -305,6 +310,17 @@ impl Flavour for CapiContext {
             .await
             .map(Some)
             .map_err(|e| Error::kube("patch status of", format!("MachineSet {}", key_of(set)), e))
+    }
+}
+
+/// Our CAPI finalizer shown under the hub's name, so the shared decisions see the object held (without this
+/// they planned to add it on every pass).
+fn hub_finalizer(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, ours: &str) {
+    if let Some(list) = meta.finalizers.as_mut()
+        && list.iter().any(|f| f == ours)
+    {
+        list.retain(|f| f != ours && f != MACHINE_FINALIZER);
+        list.push(MACHINE_FINALIZER.to_string());
     }
 }
 

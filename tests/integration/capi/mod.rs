@@ -6,6 +6,7 @@
 
 mod autoscaler;
 mod bootstrap;
+mod cluster_deletion;
 mod deletion;
 mod membership;
 mod pause;
