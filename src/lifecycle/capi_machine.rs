@@ -225,18 +225,40 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
                 now,
             ),
         },
-        condition(
-            &old_conditions,
-            "InfrastructureReady",
-            provisioned,
-            match (obs.infra.is_some(), provisioned) {
-                (false, _) => "InfrastructureMachineNotFound",
-                (true, false) => "NotProvisioned",
-                (true, true) => "Provisioned",
-            },
-            &infra_message,
-            now,
-        ),
+        // Core mirrors the infrastructure machine's own `Ready`; without one it falls back on `provisioned`.
+        match (obs.infra, infra_ready) {
+            (Some(_), Some(r)) => condition_with_status(
+                &old_conditions,
+                "InfrastructureReady",
+                &r.status,
+                if r.reason.is_empty() && r.status == "True" { "Ready" } else { &r.reason },
+                &r.message,
+                now,
+            ),
+            (Some(_), None) => condition(
+                &old_conditions,
+                "InfrastructureReady",
+                provisioned,
+                if provisioned { "Ready" } else { "NotReady" },
+                &if provisioned {
+                    String::new()
+                } else {
+                    "MCMMachine status.initialization.provisioned is false".to_string()
+                },
+                now,
+            ),
+            (None, _) => condition(
+                &old_conditions,
+                "InfrastructureReady",
+                false,
+                "ObjectDoesNotExist",
+                &format!(
+                    "{} does not exist",
+                    Some(m.spec.infrastructure_ref.kind.as_str()).filter(|k| !k.is_empty()).unwrap_or("MCMMachine")
+                ),
+                now,
+            ),
+        },
         condition(
             &old_conditions,
             "NodeReady",
@@ -269,14 +291,23 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         None => ("NotReady".to_string(), format!("phase {phase}")),
     };
     conditions.push(condition(&old_conditions, "Ready", ready, &reason, &message, now));
-    conditions.push(condition(
-        &old_conditions,
-        "Available",
-        ready,
-        if ready { "Available" } else { "NotReady" },
-        "",
-        now,
-    ));
+    // Core's: Available once Ready has been True for `spec.minReadySeconds`.
+    let ready_since = old_conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "True")
+        .map_or(now, |c| c.last_transition_time.0);
+    let min_ready = Duration::from_secs(u64::try_from(m.spec.min_ready_seconds.unwrap_or(0)).unwrap_or(0));
+    let ready_for = elapsed(ready_since, now);
+    let (available, available_reason) = match (ready, ready_for >= min_ready) {
+        (false, _) => (false, "NotReady"),
+        (true, true) => (true, "Available"),
+        (true, false) => {
+            let left = min_ready - ready_for;
+            requeue_after = Some(requeue_after.map_or(left, |r: Duration| r.min(left)));
+            (false, "WaitingForMinReadySeconds")
+        }
+    };
+    conditions.push(condition(&old_conditions, "Available", available, available_reason, "", now));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
     // Core's: no in-place update runs here (MCM's in-place updates are the MCM flavour's), and a paused Machine is
     // not reconciled at all.
@@ -608,6 +639,78 @@ mod tests {
 
     fn ready_node() -> Node {
         node(true, 10)
+    }
+
+    fn condition_of(plan: &MachinePlan, type_: &str) -> (String, String, String) {
+        let c = plan.status.conditions.iter().flatten().find(|c| c.type_ == type_).unwrap();
+        (c.status.clone(), c.reason.clone(), c.message.clone())
+    }
+
+    #[test]
+    fn infrastructure_ready_mirrors_the_mcm_machines_ready() {
+        let m = machine(true, &[]);
+        let plan_with = |infra: Option<&MCMMachine>| {
+            plan_machine(&MachineObservation {
+                machine: &m,
+                infra,
+                node: None,
+                now: t(5),
+                creation_timeout: Duration::from_secs(600),
+                health_timeout: None,
+                up_to_date: None,
+                bootstrap: None,
+            })
+        };
+        let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
+        assert_eq!(
+            condition_of(&plan_with(None), "InfrastructureReady"),
+            s("False", "ObjectDoesNotExist", "MCMMachine does not exist")
+        );
+        assert_eq!(
+            condition_of(&plan_with(Some(&infra(false, false))), "InfrastructureReady"),
+            s("False", "NotReady", "MCMMachine status.initialization.provisioned is false")
+        );
+        assert_eq!(condition_of(&plan_with(Some(&infra(true, false))), "InfrastructureReady"), s("True", "Ready", ""));
+        let mut reporting = infra(false, false);
+        reporting.status.as_mut().unwrap().conditions = Some(vec![Condition {
+            type_: "Ready".into(),
+            status: "False".into(),
+            reason: "WaitingForCluster".into(),
+            message: "Cluster not provisioned".into(),
+            last_transition_time: Time(t(0)),
+            observed_generation: None,
+        }]);
+        assert_eq!(
+            condition_of(&plan_with(Some(&reporting)), "InfrastructureReady"),
+            s("False", "WaitingForCluster", "Cluster not provisioned")
+        );
+    }
+
+    #[test]
+    fn available_waits_for_min_ready_seconds() {
+        let mut m = machine(true, &[]);
+        m.spec.min_ready_seconds = Some(30);
+        let i = infra(true, false);
+        let n = ready_node();
+        let plan_at = |m: &capi::Machine, now: i64| {
+            plan_machine(&MachineObservation {
+                machine: m,
+                infra: Some(&i),
+                node: Some(&n),
+                now: t(now),
+                creation_timeout: Duration::from_secs(600),
+                health_timeout: None,
+                up_to_date: None,
+                bootstrap: None,
+            })
+        };
+        let first = plan_at(&m, 20);
+        assert_eq!(condition_of(&first, "Ready").0, "True");
+        assert_eq!(condition_of(&first, "Available").1, "WaitingForMinReadySeconds");
+        assert!(first.requeue_after.is_some_and(|d| d <= Duration::from_secs(30)), "{:?}", first.requeue_after);
+        m.status = Some(first.status);
+        assert_eq!(condition_of(&plan_at(&m, 49), "Available").0, "False");
+        assert_eq!(condition_of(&plan_at(&m, 50), "Available"), ("True".into(), "Available".into(), String::new()));
     }
 
     #[test]
