@@ -71,6 +71,15 @@ struct CapiDeploymentData {
     extra: Extra,
 }
 
+/// CAPI's `spec.rollout.after` of the CAPI MachineDeployment a hub deployment was converted from, parsed; `None`
+/// when unset, unparsable, or the deployment is MCM's own.
+pub fn capi_rollout_after(hub: &mcm::MachineDeployment) -> Option<jiff::Timestamp> {
+    let mut annotations = hub.metadata.annotations.clone();
+    annotations.as_ref()?.get(CAPI_DATA)?;
+    let data: CapiDeploymentData = take(&mut annotations, CAPI_DATA);
+    data.rollout?.after?.parse().ok()
+}
+
 fn rolling_to_capi(u: &UpdateConfiguration) -> RollingUpdate {
     RollingUpdate { max_unavailable: u.max_unavailable.clone(), max_surge: u.max_surge.clone() }
 }

@@ -30,8 +30,8 @@ mod proptests;
 
 pub use data::{CAPI_DATA, CAPI_MACHINE_DATA, MCM_DATA, MCM_MACHINE_DATA, is_conversion_annotation};
 pub use deployment::{
-    apply_capi_deployment_defaults, deployment_from_capi, deployment_status_from_capi, deployment_status_to_capi,
-    deployment_to_capi,
+    apply_capi_deployment_defaults, capi_rollout_after, deployment_from_capi, deployment_status_from_capi,
+    deployment_status_to_capi, deployment_to_capi,
 };
 pub use machine_set::{
     capi_deletion_order, machine_set_from_capi, machine_set_to_capi, set_status_from_capi, set_status_to_capi,

@@ -54,11 +54,18 @@ pub struct MachineObservation<'a> {
 /// CAPI's `UpToDate` for the machines of a MachineSet: the owner is authoritative, and a MachineSet's machines are
 /// up to date when its template is the MachineDeployment's, compared as the rollout compares them (the hub's
 /// `equal_ignore_hash`, so what propagates in place does not make a machine outdated).
-pub fn machine_set_up_to_date(deployment: &capi::MachineDeployment, set: &capi::MachineSet) -> bool {
+///
+/// A set made before the deployment's `spec.rollout.after`, once that has passed at `now`, is outdated, as core
+/// judges it.
+pub fn machine_set_up_to_date(deployment: &capi::MachineDeployment, set: &capi::MachineSet, now: Timestamp) -> bool {
     let mut defaulted = deployment.clone();
     crate::convert::apply_capi_deployment_defaults(&mut defaulted);
     let hub_deployment = crate::convert::deployment_from_capi(&defaulted);
     let hub_set = crate::convert::machine_set_from_capi(set);
+    let after = crate::convert::capi_rollout_after(&hub_deployment).filter(|a| *a <= now);
+    if crate::lifecycle::machine_deployment::template::made_before(&hub_set, after) {
+        return false;
+    }
     hub_set.spec.template.as_ref().is_some_and(|t| {
         crate::lifecycle::machine_deployment::template::equal_ignore_hash(t, &hub_deployment.spec.template)
     })
@@ -801,14 +808,14 @@ mod tests {
     fn machines_are_up_to_date_while_their_set_has_the_deployments_template() {
         let labels = serde_json::json!({"pool": "a"});
         let current = deployment(template("small", labels.clone()));
-        assert!(machine_set_up_to_date(&current, &set(template("small", labels.clone()))));
+        assert!(machine_set_up_to_date(&current, &set(template("small", labels.clone())), t(0)));
         // The hash label the deployment adds to its sets does not count.
         let hashed = serde_json::json!({"pool": "a", "machine-template-hash": "123"});
-        assert!(machine_set_up_to_date(&current, &set(template("small", hashed))));
+        assert!(machine_set_up_to_date(&current, &set(template("small", hashed)), t(0)));
         // Another infrastructure template or other template labels roll: the old set's machines are outdated.
-        assert!(!machine_set_up_to_date(&current, &set(template("large", labels.clone()))));
+        assert!(!machine_set_up_to_date(&current, &set(template("large", labels.clone())), t(0)));
         let relabelled = serde_json::json!({"pool": "a", "tier": "x"});
-        assert!(!machine_set_up_to_date(&current, &set(template("small", relabelled))));
+        assert!(!machine_set_up_to_date(&current, &set(template("small", relabelled)), t(0)));
     }
 
     #[test]

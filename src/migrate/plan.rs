@@ -402,7 +402,7 @@ fn plan_deployment(
     if active.len() > 1 {
         block(&d_key, format!("rollout in progress: MachineSets {} are active", active.join(", ")));
     }
-    let new_set = find_new_machine_set(d, &sets).cloned();
+    let new_set = find_new_machine_set(d, &sets, None).cloned();
     let Some(set) = new_set else {
         block(&d_key, "rollout in progress: no MachineSet has the deployment's current template yet".into());
         return None;

@@ -212,7 +212,7 @@ impl CapiContext {
             return Some(true);
         };
         let deployment = self.deployments.get(&ObjectRef::new(&deployment).within(&ns))?;
-        Some(crate::lifecycle::capi_machine::machine_set_up_to_date(&deployment, &set))
+        Some(crate::lifecycle::capi_machine::machine_set_up_to_date(&deployment, &set, jiff::Timestamp::now()))
     }
 
     fn infra_of(&self, m: &Machine) -> Option<Arc<MCMMachine>> {

@@ -34,7 +34,7 @@ use super::status::{
     check_paused_conditions, clear_invalid_spec, deployment_complete, get_condition, new_condition, progress_requeue,
     set_condition, status_update_required, sync_rollout_status,
 };
-use super::template::{find_new_machine_set, machine_set_name, new_machine_set, sync_in_place, template_hash};
+use super::template::{deployment_hash, find_new_machine_set, machine_set_name, new_machine_set, sync_in_place};
 use super::validation::{ValidationError, validate};
 use super::{actual, set_name, spec_replicas};
 use crate::api::mcm::names::{MACHINE_FINALIZER, PREFER_NO_SCHEDULE, REVISION};
@@ -197,6 +197,11 @@ pub fn plan_deployment(obs: &DeploymentObservation<'_>) -> DeploymentDecision {
     } else if is_on_delete(obs.deployment) {
         w.on_delete(new);
     }
+    // CAPI's `rollout.after` still ahead: look again when it comes.
+    if let Some(after) = crate::convert::capi_rollout_after(obs.deployment).filter(|a| *a > obs.now) {
+        let wait = Duration::try_from(after.duration_since(obs.now)).unwrap_or(Duration::ZERO);
+        w.plan.requeue_after = Some(w.plan.requeue_after.map_or(wait, |r| r.min(wait)));
+    }
     w.finish()
 }
 
@@ -281,7 +286,8 @@ impl<'a> Work<'a> {
 
     /// The oldest set with the deployment's template.
     fn find_new(&self) -> Option<usize> {
-        let name = set_name(find_new_machine_set(&self.d, &self.sets)?).to_string();
+        let after = crate::convert::capi_rollout_after(&self.d).filter(|a| *a <= self.obs.now);
+        let name = set_name(find_new_machine_set(&self.d, &self.sets, after)?).to_string();
         self.index_of(&name)
     }
 
@@ -319,7 +325,7 @@ impl<'a> Work<'a> {
             return new;
         }
         let collision_count = self.d.status.as_ref().and_then(|s| s.collision_count);
-        let name = machine_set_name(&self.name(), template_hash(&self.d.spec.template, collision_count));
+        let name = machine_set_name(&self.name(), deployment_hash(&self.d));
         if self.index_of(&name).is_some() {
             let status = self.d.status.get_or_insert_with(Default::default);
             status.collision_count = Some(collision_count.unwrap_or(0).saturating_add(1));

@@ -44,13 +44,29 @@ pub fn equal_ignore_hash(a: &MachineTemplateSpec, b: &MachineTemplateSpec) -> bo
 
 /// The deployment's current MachineSet: the oldest whose template equals the deployment's (ignoring the hash).
 /// Several can match after upgrades (kubernetes#40415); the oldest wins so the choice is stable.
-pub fn find_new_machine_set<'a>(d: &MachineDeployment, sets: &'a [MachineSet]) -> Option<&'a MachineSet> {
+///
+/// `rollout_after` (CAPI's `spec.rollout.after`, once passed): a set made before it is not new, whatever its
+/// template, so the deployment rolls onto a fresh set (its name comes from the next collision count).
+pub fn find_new_machine_set<'a>(
+    d: &MachineDeployment,
+    sets: &'a [MachineSet],
+    rollout_after: Option<jiff::Timestamp>,
+) -> Option<&'a MachineSet> {
     let mut matching: Vec<&MachineSet> = sets
         .iter()
         .filter(|s| s.spec.template.as_ref().is_some_and(|t| equal_ignore_hash(t, &d.spec.template)))
+        .filter(|s| !made_before(s, rollout_after))
         .collect();
     matching.sort_by(|a, b| super::by_creation(a, b));
     matching.first().copied()
+}
+
+/// Whether the set was made before `after` (a set not created yet is not).
+pub fn made_before(set: &MachineSet, after: Option<jiff::Timestamp>) -> bool {
+    match (after, set.metadata.creation_timestamp.as_ref()) {
+        (Some(after), Some(created)) => created.0 < after,
+        _ => false,
+    }
 }
 
 /// FNV-1a, 32 bit.
@@ -66,6 +82,22 @@ pub fn template_hash(template: &MachineTemplateSpec, collision_count: Option<i32
         bytes.extend_from_slice(&c.to_le_bytes());
     }
     fnv1a32(&bytes)
+}
+
+/// The hash of the deployment's next MachineSet: [`template_hash`] with its collision count, and for a CAPI
+/// deployment with `spec.rollout.after` that time too, so that the set a passed `rollout.after` asks for gets a
+/// name of its own (CAPI's status has no collision count to move the name on).
+pub fn deployment_hash(d: &MachineDeployment) -> u32 {
+    let collision_count = d.status.as_ref().and_then(|s| s.collision_count);
+    let hash = template_hash(&d.spec.template, collision_count);
+    match crate::convert::capi_rollout_after(d) {
+        Some(after) => {
+            let mut bytes = hash.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&after.as_second().to_le_bytes());
+            fnv1a32(&bytes)
+        }
+        None => hash,
+    }
 }
 
 /// Kubernetes' `SafeEncodeString`: each byte mapped into [`SAFE_ALPHABET`].
@@ -91,13 +123,11 @@ pub fn controller_ref(d: &MachineDeployment) -> OwnerReference {
     }
 }
 
-/// The MachineSet to create for the deployment's template: name and hash from [`template_hash`] with the
-/// deployment's collision count, hash label on the set, its selector and its template, a controller reference,
+/// The MachineSet to create for the deployment's template: name and hash from [`deployment_hash`], hash label on the set, its selector and its template, a controller reference,
 /// `replicas`, and `annotations` (the caller passes the copied deployment annotations and the revision and
 /// replica annotations).
 pub fn new_machine_set(d: &MachineDeployment, replicas: i32, annotations: BTreeMap<String, String>) -> MachineSet {
-    let collision_count = d.status.as_ref().and_then(|s| s.collision_count);
-    let hash = template_hash(&d.spec.template, collision_count);
+    let hash = deployment_hash(d);
     let hash_text = hash.to_string();
     let mut template = d.spec.template.clone();
     let meta = template.metadata.get_or_insert_with(ObjectMeta::default);
@@ -277,7 +307,11 @@ mod tests {
             ("the oldest of several matching", vec![ms("late", 5, 1, 1, 1), ms("early", 2, 1, 1, 1)], Some("early")),
         ];
         for (name, sets, expected) in cases {
-            assert_eq!(find_new_machine_set(&d, &sets).and_then(|s| s.metadata.name.as_deref()), expected, "{name}");
+            assert_eq!(
+                find_new_machine_set(&d, &sets, None).and_then(|s| s.metadata.name.as_deref()),
+                expected,
+                "{name}"
+            );
         }
     }
 

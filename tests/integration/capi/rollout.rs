@@ -200,3 +200,37 @@ async fn on_delete_replaces_a_machine_only_once_the_user_deletes_it() {
     assert!(running.contains(kept[0]), "the other old machine stays until it is deleted: {running:?}");
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_after_replaces_machines_made_before_it() {
+    let (env, capi, _provider) = env().await;
+    create_deployment(&capi, deployment("ra", 2, "small", rolling(1, 0))).await;
+    let first = names(&wait_running(&capi, "ra", 2).await);
+    // Once the clock passes the machines' creation second, ask for a rollout from now on.
+    let created = capi.machines_of("ra").await[0].metadata.creation_timestamp.clone().unwrap().0;
+    let after = wait_until("a later second", WAIT, || async {
+        let now = jiff::Timestamp::now();
+        (now.as_second() > created.as_second()).then_some(now)
+    })
+    .await;
+    let after = after.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    patch_deployment(&capi, "ra", json!({"spec": {"rollout": {"after": after}}})).await;
+    let second = wait_until("2 new machines, none made before rollout.after", WAIT, || async {
+        let running = names(&wait_running(&capi, "ra", 2).await);
+        running.is_disjoint(&first).then_some(running)
+    })
+    .await;
+    assert_eq!(second.len(), 2);
+    let sets: Vec<_> = capi
+        .sets
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| s.labels().get("cluster.x-k8s.io/deployment-name").map(String::as_str) == Some("ra"))
+        .collect();
+    assert_eq!(sets.len(), 2, "a fresh set for the same template");
+    assert!(sets.iter().any(|s| s.spec.replicas == Some(0)), "the old set scaled to 0");
+    env.shutdown().await;
+}

@@ -435,7 +435,7 @@ fn recreate_table() {
 fn a_name_collision_bumps_the_collision_count() {
     let (mut d, old) = settled(3, rolling("1", "0"));
     new_template(&mut d);
-    let taken = machine_set_name("d", template_hash(&d.spec.template, None));
+    let taken = machine_set_name("d", super::super::template::template_hash(&d.spec.template, None));
     // A set with our would-be name but another template (a hash collision).
     let mut clash = ms(&taken, 3, 0, 0, 0).class("class-z");
     clash.metadata.name = Some(taken.clone());
