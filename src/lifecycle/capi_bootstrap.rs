@@ -18,6 +18,11 @@ use crate::api::capi::{self, Machine};
 /// kind; we poll it, since the kind is only known from the reference).
 pub const POLL: Duration = Duration::from_secs(2);
 
+/// The bootstrap config a Machine names, if it names one (core's `IsDefined`: a kind and a name).
+pub fn config_ref(machine: &Machine) -> Option<&capi::ContractVersionedObjectReference> {
+    machine.spec.bootstrap.config_ref.as_ref().filter(|r| !r.name.is_empty() && !r.kind.is_empty())
+}
+
 /// What the Machine controller found at `spec.bootstrap.configRef`.
 #[derive(Clone, Copy, Debug)]
 pub enum Config<'a> {

@@ -51,18 +51,8 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
     let infra = infra_name(&c).and_then(|name| ctx.infra_clusters.get(&ObjectRef::new(name).within(&namespace)));
     let mut plan = plan_cluster(&ClusterObservation { cluster: &c, infra: infra.as_deref(), now: Timestamp::now() });
     if !paused(&c) {
-        let name = c.name_any();
-        let of_cluster =
-            |ns: Option<String>, cluster: &str| ns.as_deref() == Some(namespace.as_str()) && cluster == name;
-        let deployments = ctx.deployments.state();
-        let deployments: Vec<_> =
-            deployments.iter().filter(|d| of_cluster(d.namespace(), &d.spec.cluster_name)).map(|d| &**d).collect();
-        let sets = ctx.sets.state();
-        let sets: Vec<_> =
-            sets.iter().filter(|s| of_cluster(s.namespace(), &s.spec.cluster_name)).map(|s| &**s).collect();
-        let machines = ctx.machines.state();
-        let machines: Vec<_> =
-            machines.iter().filter(|m| of_cluster(m.namespace(), &m.spec.cluster_name)).map(|m| &**m).collect();
+        let (deployments, sets, machines) = objects_of(&ctx, &c);
+        let (deployments, sets, machines) = (refs(&deployments), refs(&sets), refs(&machines));
         plan.status.extra.extend(
             replica_counters(&c, &deployments, &sets, &machines)
                 .into_iter()
@@ -102,21 +92,33 @@ pub(super) async fn reconcile(c: Arc<Cluster>, ctx: Arc<CapiContext>) -> Result<
     Ok(Action::requeue(ctx.config.resync))
 }
 
+/// The Cluster's MachineDeployments, MachineSets and Machines (same namespace, `spec.clusterName` its name), from
+/// the stores.
+#[allow(clippy::type_complexity)] // three lists of one kind each, read together
+fn objects_of(
+    ctx: &CapiContext,
+    c: &Cluster,
+) -> (Vec<Arc<MachineDeployment>>, Vec<Arc<MachineSet>>, Vec<Arc<Machine>>) {
+    let namespace = c.namespace();
+    let name = c.name_any();
+    let ours = |ns: Option<String>, cluster: &str| ns == namespace && cluster == name;
+    (
+        ctx.deployments.state().into_iter().filter(|d| ours(d.namespace(), &d.spec.cluster_name)).collect(),
+        ctx.sets.state().into_iter().filter(|s| ours(s.namespace(), &s.spec.cluster_name)).collect(),
+        ctx.machines.state().into_iter().filter(|m| ours(m.namespace(), &m.spec.cluster_name)).collect(),
+    )
+}
+
+fn refs<T>(list: &[Arc<T>]) -> Vec<&T> {
+    list.iter().map(|o| &**o).collect()
+}
+
 /// One step of a deleted Cluster (`lifecycle::capi_cluster::deletion`): its workers, then its MCMCluster, then the
 /// finalizer; the `Deleting` condition says what it waits for.
 async fn delete(c: &Cluster, ctx: &CapiContext, api: &Api<Cluster>) -> Result<Action, Error> {
     let namespace = c.namespace().unwrap_or_default();
-    let name = c.name_any();
-    let ours = |ns: Option<String>, cluster: &str| ns.as_deref() == Some(namespace.as_str()) && cluster == name;
-    let deployments = ctx.deployments.state();
-    let deployments: Vec<&MachineDeployment> =
-        deployments.iter().filter(|d| ours(d.namespace(), &d.spec.cluster_name)).map(|d| &**d).collect();
-    let sets = ctx.sets.state();
-    let sets: Vec<&MachineSet> =
-        sets.iter().filter(|s| ours(s.namespace(), &s.spec.cluster_name)).map(|s| &**s).collect();
-    let machines = ctx.machines.state();
-    let machines: Vec<&Machine> =
-        machines.iter().filter(|m| ours(m.namespace(), &m.spec.cluster_name)).map(|m| &**m).collect();
+    let (deployments, sets, machines) = objects_of(ctx, c);
+    let (deployments, sets, machines) = (refs(&deployments), refs(&sets), refs(&machines));
     let infra_ref = infra_name(c);
     let infra = infra_ref.and_then(|n| ctx.infra_clusters.get(&ObjectRef::new(n).within(&namespace)));
     let step = deletion_step(

@@ -23,7 +23,7 @@ use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::drain::{self, DrainError, DrainOptions};
-use crate::lifecycle::capi_bootstrap::{BootstrapPlan, Config, POLL, plan_bootstrap};
+use crate::lifecycle::capi_bootstrap::{BootstrapPlan, Config, POLL, config_ref, plan_bootstrap};
 use crate::lifecycle::capi_machine::{
     DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step, infra_adoption,
     merge_conditions, phase, plan_machine,
@@ -120,7 +120,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
 /// secret's name copied into `spec.bootstrap.dataSecretName`.
 async fn bootstrap(ctx: &CapiContext, m: &Machine, api: &Api<Machine>) -> Result<BootstrapPlan, Error> {
     let namespace = m.namespace().unwrap_or_default();
-    let reference = m.spec.bootstrap.config_ref.as_ref().filter(|r| !r.name.is_empty() && !r.kind.is_empty());
+    let reference = config_ref(m);
     let found = match reference {
         Some(r) => Some(ctx.bootstrap_kinds.get(&ctx.control, r, &namespace).await?),
         None => None,
@@ -235,7 +235,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
     let now = Timestamp::now();
     let reason = deleting_reason(m);
     let namespace = m.namespace().unwrap_or_default();
-    let reference = m.spec.bootstrap.config_ref.as_ref().filter(|r| !r.name.is_empty() && !r.kind.is_empty());
+    let reference = config_ref(m);
     let bootstrap_deleting = match reference {
         Some(r) => ctx
             .bootstrap_kinds
