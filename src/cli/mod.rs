@@ -253,6 +253,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 infra,
                 external: None,
                 webhooks: !args.no_webhooks,
+                capi_nodes: crate::controllers::CapiNodes::Target,
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

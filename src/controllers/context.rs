@@ -14,6 +14,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 
 use super::freeze::FreezeFlag;
+use super::workload::Connection;
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::status::{EventSpec, Severity};
 use crate::lifecycle::{MachineConfig, RetryClass};
@@ -199,6 +200,13 @@ impl Context {
     /// The Node named `name`, from the store.
     pub(crate) fn node(&self, name: &str) -> Option<Arc<Node>> {
         self.nodes.as_ref()?.get(&ObjectRef::new(name))
+    }
+
+    /// The target cluster as a [`Connection`] (`None` without one).
+    pub(crate) fn workload(&self) -> Option<Arc<Connection>> {
+        let (target, nodes) = (self.target.clone()?, self.nodes.clone()?);
+        let drain = self.drain.clone().unwrap_or_else(|| target.clone());
+        Some(Arc::new(Connection::fixed(target, drain, nodes)))
     }
 
     /// The Secret `namespace/name`, from the store.

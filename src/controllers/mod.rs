@@ -35,6 +35,7 @@ mod tasks;
 mod termination;
 mod triggers;
 mod vm;
+mod workload;
 mod writes;
 
 use std::sync::Arc;
@@ -87,6 +88,20 @@ pub struct Clusters {
     /// (`default_retry = false`), which would hide an outage for seconds per probe. `None` probes with `control`
     /// and `target`. Unused without a target cluster (there is no freeze then, as in MCM).
     pub probe: Option<ProbeClients>,
+    /// Where mode "CAPI with MCM core" finds each Cluster's Nodes.
+    pub capi_nodes: CapiNodes,
+}
+
+/// Where mode "CAPI with MCM core" finds a Cluster's Nodes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CapiNodes {
+    /// In the Cluster's workload cluster, through its `<cluster>-kubeconfig` Secret, as core does (`mcm run`
+    /// without `--target-kubeconfig`).
+    #[default]
+    PerCluster,
+    /// In [`Clusters::target`] for every Cluster (an explicit `--target-kubeconfig`; `mcm dev`, whose in-memory
+    /// cloud registers every Node in its own server); none with no target.
+    Target,
 }
 
 /// The clients of the API-server reachability probe.
@@ -264,14 +279,11 @@ impl Controllers {
 
         let started = sets::start(ctx.clone(), &mut machines, nodes.as_mut(), &options, stop.subscribe());
         let capi_started = options.capi_core.then(|| {
-            capi::start(
-                control.clone(),
-                clusters.target.clone(),
-                clusters.drain.clone().or_else(|| clusters.target.clone()),
-                nodes.as_mut(),
-                &options,
-                stop.subscribe(),
-            )
+            let target = match (clusters.target.clone(), nodes.as_mut()) {
+                (Some(client), Some(nodes)) => Some((client.clone(), clusters.drain.clone().unwrap_or(client), nodes)),
+                _ => None,
+            };
+            capi::start(control.clone(), target, clusters.capi_nodes, &options, stop.subscribe())
         });
 
         // Only the watches a running controller reads start: the CAPI-only and infrastructure-only installs lack
@@ -291,7 +303,8 @@ impl Controllers {
             informers.extend(capi.informers);
             capi_controllers = capi.controllers;
         }
-        if let Some(nodes) = nodes.filter(|_| machine_side || options.capi_core) {
+        let capi_reads_target = options.capi_core && clusters.capi_nodes == CapiNodes::Target;
+        if let Some(nodes) = nodes.filter(|_| machine_side || capi_reads_target) {
             informers.push(tokio::spawn(nodes.run()));
         }
         // Safety controller: orphan VMs, and (with a target cluster) the API-server freeze.

@@ -16,7 +16,9 @@ use kube::api::{Patch, PatchParams};
 
 use crate::api::crds;
 use crate::apiserver::{ApiServer, BearerToken, CertificateAuthority, ServerConfig};
-use crate::controllers::{Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients};
+use crate::controllers::{
+    CapiNodes, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
+};
 use crate::providers::DriverRegistry;
 use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
 
@@ -49,6 +51,10 @@ pub struct DevOptions {
     /// 127.0.0.1) before the sample is applied; `mcm dev` does unless `--no-webhooks`. Off, configurations left
     /// by an earlier run in the data directory are removed.
     pub webhooks: bool,
+    /// Where mode "CAPI with MCM core" finds a Cluster's Nodes: by default this server, where the in-memory cloud
+    /// registers them ([`CapiNodes::Target`]); [`CapiNodes::PerCluster`] reads each Cluster's kubeconfig Secret
+    /// as `mcm run` does.
+    pub capi_nodes: CapiNodes,
 }
 
 impl Default for DevOptions {
@@ -65,6 +71,7 @@ impl Default for DevOptions {
             infra: InfraOptions::default(),
             external: None,
             webhooks: false,
+            capi_nodes: CapiNodes::Target,
         }
     }
 }
@@ -255,6 +262,8 @@ pub struct DevEnvironment {
     pub controllers: Option<Controllers>,
     /// How the controllers run (kept to restart them).
     pub controller_options: ControllerOptions,
+    /// Where mode "CAPI with MCM core" finds Nodes (see [`DevOptions::capi_nodes`]).
+    pub capi_nodes: CapiNodes,
     /// The CAPI infrastructure controllers (absent with `--apiserver-only`, or while stopped).
     pub infra: Option<InfraControllers>,
     /// How they run (kept to restart them).
@@ -325,6 +334,7 @@ impl DevEnvironment {
             kubelet: None,
             controllers: None,
             controller_options: options.controllers.clone(),
+            capi_nodes: options.capi_nodes,
             infra: None,
             infra_options: options.infra.clone(),
             sample: Vec::new(),
@@ -394,6 +404,7 @@ impl DevEnvironment {
                 drain: Some(self.drain_client.clone()),
                 // The drain client is this server without automatic retries, which the probe needs too.
                 probe: Some(ProbeClients { control: self.drain_client.clone(), target: self.drain_client.clone() }),
+                capi_nodes: self.capi_nodes,
             };
             self.controllers =
                 Some(Controllers::start(clusters, self.drivers.clone(), self.controller_options.clone()));

@@ -49,6 +49,10 @@ pub struct MachineObservation<'a> {
     pub up_to_date: Option<bool>,
     /// What its bootstrap config says (`lifecycle::capi_bootstrap`); `None` judges by `dataSecretName` alone.
     pub bootstrap: Option<&'a BootstrapPlan>,
+    /// Why its Cluster's workload cluster cannot be read now (`None`: it can, or there is none). Its Node is then
+    /// unknown, not missing: the Node conditions keep their last state (`Unknown`, `ConnectionDown` before any),
+    /// and MCM's creation and health timeouts wait, as core's remote conditions do.
+    pub connection_down: Option<&'a str>,
 }
 
 /// CAPI's `UpToDate` for the machines of a MachineSet: the owner is authoritative, and a MachineSet's machines are
@@ -160,7 +164,13 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let provisioned = infra_provisioned(obs.infra);
     let provider_id = infra_provider_id(obs.infra).map(str::to_string).or_else(|| m.spec.provider_id.clone());
     let node_ready = obs.node.and_then(ready_of);
-    let healthy = node_ready.is_some_and(|c| c.status == "True");
+    let last = |kind: &str| old_conditions.iter().find(|c| c.type_ == kind);
+    let healthy = match obs.connection_down {
+        None => node_ready.is_some_and(|c| c.status == "True"),
+        Some(_) => last("NodeHealthy").is_some_and(|c| c.status == "True"),
+    };
+    // A Node known before the connection went down still counts.
+    let has_node = obs.node.is_some() || (obs.connection_down.is_some() && old.node_ref.is_some());
     let created = m.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
 
     let mut requeue_after = None;
@@ -168,6 +178,8 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     // MCM's timeouts: no Ready Node within the creation timeout; a Node not Ready for the health timeout.
     let failure = if was_failed {
         Some(("Failed", "the machine failed earlier; the MachineSet replaces it".to_string()))
+    } else if obs.connection_down.is_some() {
+        None
     } else if obs.node.is_none() || (!healthy && old.phase.as_deref() != Some(phase::RUNNING)) {
         let age = elapsed(created, now);
         if age >= obs.creation_timeout {
@@ -197,7 +209,7 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let was_provisioned = old.initialization.as_ref().and_then(|i| i.infrastructure_provisioned) == Some(true);
     let phase = if failure.is_some() {
         phase::FAILED
-    } else if obs.node.is_some() && (provisioned || was_provisioned) {
+    } else if has_node && (provisioned || was_provisioned) {
         phase::RUNNING
     } else if provisioned && provider_id.is_some() {
         phase::PROVISIONED
@@ -266,27 +278,38 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
                 now,
             ),
         },
-        condition(
-            &old_conditions,
-            "NodeReady",
-            healthy,
-            match (obs.node.is_some(), healthy) {
-                (false, _) => "NodeDoesNotExist",
-                (true, false) => "NodeNotReady",
-                (true, true) => "NodeReady",
-            },
-            "",
-            now,
-        ),
-        condition(
-            &old_conditions,
-            "NodeHealthy",
-            healthy && failure.is_none(),
-            if healthy { "NodeHealthy" } else { "NodeNotHealthy" },
-            "",
-            now,
-        ),
     ];
+    match obs.connection_down {
+        None => conditions.extend([
+            condition(
+                &old_conditions,
+                "NodeReady",
+                healthy,
+                match (obs.node.is_some(), healthy) {
+                    (false, _) => "NodeDoesNotExist",
+                    (true, false) => "NodeNotReady",
+                    (true, true) => "NodeReady",
+                },
+                "",
+                now,
+            ),
+            condition(
+                &old_conditions,
+                "NodeHealthy",
+                healthy && failure.is_none(),
+                if healthy { "NodeHealthy" } else { "NodeNotHealthy" },
+                "",
+                now,
+            ),
+        ]),
+        // As core: the last known state stays; without one, `ConnectionDown`.
+        Some(why) if last("NodeReady").is_none() || last("NodeHealthy").is_none() => {
+            for kind in ["NodeReady", "NodeHealthy"] {
+                conditions.push(condition_with_status(&old_conditions, kind, "Unknown", "ConnectionDown", why, now));
+            }
+        }
+        Some(_) => {}
+    }
     let ready = healthy && failure.is_none() && phase == phase::RUNNING;
     let (reason, message) = match &failure {
         Some((reason, message)) => (reason.to_string(), message.clone()),
@@ -394,6 +417,8 @@ pub enum DeletionStep {
     WaitForBootstrap,
     /// Delete the Node (CAPI deletes the Node of a deleted Machine).
     DeleteNode(String),
+    /// The Node must be drained but its workload cluster cannot be read: wait (why).
+    WaitForWorkloadCluster(String),
     /// Everything is gone: remove the finalizer.
     RemoveFinalizer,
 }
@@ -415,6 +440,11 @@ pub struct DeletionObservation<'a> {
     pub now: Timestamp,
     /// Its bootstrap config: `None` when it names none or it is gone, else whether it is being deleted.
     pub bootstrap_deleting: Option<bool>,
+    /// Why its workload cluster cannot be read now (`None`: it can, or there is none): a Machine with a Node waits
+    /// for it to drain, as core retries; the Node's deletion is skipped.
+    pub connection_down: Option<&'a str>,
+    /// Its Cluster is being deleted: as core, no drain and no Node deletion (the whole cluster goes).
+    pub cluster_deleting: bool,
 }
 
 /// The merge patch by which a Machine takes its infrastructure machine, as core's Machine controller does with
@@ -456,11 +486,8 @@ pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
         return DeletionStep::WaitForPreDrainHooks(pre_drain);
     }
     let excluded = m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(EXCLUDE_DRAIN_ANNOTATION));
-    if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone())
-        && !obs.drained
-        && !excluded
-        && !infra_gone
-    {
+    let known_node = m.status.as_ref().and_then(|s| s.node_ref.as_ref()).is_some();
+    if !obs.drained && !excluded && !infra_gone && !obs.cluster_deleting {
         let limit = m
             .spec
             .deletion
@@ -471,7 +498,12 @@ pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
         let timeout =
             limit.map(|l| l.saturating_sub(obs.drain_started.map_or(Duration::ZERO, |s| elapsed(s, obs.now))));
         if timeout != Some(Duration::ZERO) {
-            return DeletionStep::Drain { node, timeout };
+            if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone()) {
+                return DeletionStep::Drain { node, timeout };
+            }
+            if let Some(why) = obs.connection_down.filter(|_| known_node) {
+                return DeletionStep::WaitForWorkloadCluster(why.to_string());
+            }
         }
     }
     let pre_terminate = hooks(m, PRE_TERMINATE_HOOK_PREFIX);
@@ -488,7 +520,7 @@ pub fn deletion_step(obs: &DeletionObservation<'_>) -> DeletionStep {
         Some(true) => return DeletionStep::WaitForBootstrap,
         None => {}
     }
-    if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone()) {
+    if let Some(node) = obs.node.and_then(|n| n.metadata.name.clone()).filter(|_| !obs.cluster_deleting) {
         return DeletionStep::DeleteNode(node);
     }
     DeletionStep::RemoveFinalizer
@@ -634,6 +666,7 @@ mod tests {
                 health_timeout: Some(ten_min),
                 up_to_date: None,
                 bootstrap: None,
+                connection_down: None,
             });
             assert_eq!(plan.status.phase.as_deref(), Some(expected), "{name}");
             assert_eq!(plan.provider_id.as_deref(), provider_id, "{name}");
@@ -641,6 +674,128 @@ mod tests {
             let healthy = node.is_some_and(|n| n.status == ready_node().status);
             let want = if expected == phase::RUNNING && healthy { "True" } else { "False" };
             assert_eq!(ready, Some(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_workload_cluster_neither_fails_nor_forgets_a_machine() {
+        let ip = infra(true, false);
+        let ten_min = Duration::from_secs(600);
+        let plan_at = |m: &capi::Machine, now: i64| {
+            plan_machine(&MachineObservation {
+                machine: m,
+                infra: Some(&ip),
+                node: None,
+                now: t(now),
+                creation_timeout: ten_min,
+                health_timeout: Some(ten_min),
+                up_to_date: None,
+                bootstrap: None,
+                connection_down: Some("Secret ns/c-kubeconfig not found"),
+            })
+        };
+        // Never connected, long past the creation timeout: waiting, not failed; core's ConnectionDown.
+        let fresh = machine(true, &[]);
+        let plan = plan_at(&fresh, 5_000);
+        assert_eq!(plan.status.phase.as_deref(), Some(phase::PROVISIONED));
+        for kind in ["NodeReady", "NodeHealthy"] {
+            let (status, reason, message) = condition_of(&plan, kind);
+            assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "ConnectionDown"), "{kind}");
+            assert!(message.contains("not found"), "{message}");
+        }
+        // A Running machine keeps its phase and its last known Node conditions.
+        let mut running = machine(true, &[]);
+        let known = plan_machine(&MachineObservation {
+            machine: &running,
+            infra: Some(&ip),
+            node: Some(&ready_node()),
+            now: t(20),
+            creation_timeout: ten_min,
+            health_timeout: Some(ten_min),
+            up_to_date: None,
+            bootstrap: None,
+            connection_down: None,
+        });
+        running.status = Some(known.status);
+        let plan = plan_at(&running, 5_000);
+        assert_eq!(plan.status.phase.as_deref(), Some(phase::RUNNING));
+        assert_eq!(condition_of(&plan, "NodeHealthy").0, "True");
+        assert_eq!(condition_of(&plan, "Ready").0, "True");
+        assert_eq!(plan.status.node_ref.map(|r| r.name), Some("n1".to_string()));
+    }
+
+    #[test]
+    fn deletion_waits_for_an_unreachable_workload_cluster_and_skips_the_node_of_a_deleted_cluster() {
+        let i = infra(true, false);
+        let n = ready_node();
+        let mut with_node = machine(true, &[]);
+        with_node.status = Some(capi::MachineStatus {
+            node_ref: Some(MachineNodeReference { name: "n1".into() }),
+            ..Default::default()
+        });
+        let without_node = machine(true, &[]);
+        // (case, machine, node seen, connection down, cluster deleting, infra, expected)
+        type Row<'a> = (&'a str, &'a capi::Machine, Option<&'a Node>, bool, bool, Option<&'a MCMMachine>, DeletionStep);
+        let rows: Vec<Row<'_>> = vec![
+            (
+                "down, a Node to drain: wait",
+                &with_node,
+                None,
+                true,
+                false,
+                Some(&i),
+                DeletionStep::WaitForWorkloadCluster("down".into()),
+            ),
+            (
+                "down, never had a Node: go on",
+                &without_node,
+                None,
+                true,
+                false,
+                Some(&i),
+                DeletionStep::DeleteInfrastructure,
+            ),
+            (
+                "cluster deleting: no drain",
+                &with_node,
+                Some(&n),
+                false,
+                true,
+                Some(&i),
+                DeletionStep::DeleteInfrastructure,
+            ),
+            (
+                "cluster deleting: no Node deletion",
+                &with_node,
+                Some(&n),
+                false,
+                true,
+                None,
+                DeletionStep::RemoveFinalizer,
+            ),
+            (
+                "down at the Node's deletion: skipped",
+                &with_node,
+                None,
+                true,
+                false,
+                None,
+                DeletionStep::RemoveFinalizer,
+            ),
+        ];
+        for (name, m, node, down, cluster_deleting, infra, expected) in rows {
+            let step = deletion_step(&DeletionObservation {
+                machine: m,
+                infra,
+                node,
+                drained: false,
+                drain_started: None,
+                now: t(0),
+                bootstrap_deleting: None,
+                connection_down: down.then_some("down"),
+                cluster_deleting,
+            });
+            assert_eq!(step, expected, "{name}");
         }
     }
 
@@ -666,6 +821,7 @@ mod tests {
                 health_timeout: None,
                 up_to_date: None,
                 bootstrap: None,
+                connection_down: None,
             })
         };
         let s = |a: &str, b: &str, c: &str| (a.to_string(), b.to_string(), c.to_string());
@@ -709,6 +865,7 @@ mod tests {
                 health_timeout: None,
                 up_to_date: None,
                 bootstrap: None,
+                connection_down: None,
             })
         };
         let first = plan_at(&m, 20);
@@ -734,6 +891,7 @@ mod tests {
             health_timeout: None,
             up_to_date: None,
             bootstrap: None,
+            connection_down: None,
         });
         assert_eq!(plan.status.initialization, None);
         assert!(serde_json::to_value(&plan.status).unwrap().get("initialization").is_none());
@@ -747,6 +905,7 @@ mod tests {
             health_timeout: None,
             up_to_date: None,
             bootstrap: None,
+            connection_down: None,
         });
         assert_eq!(plan.status.initialization.and_then(|i| i.bootstrap_data_secret_created), Some(true));
     }
@@ -766,6 +925,7 @@ mod tests {
                 health_timeout: None,
                 up_to_date: Some(true),
                 bootstrap: None,
+                connection_down: None,
             })
         };
         let first = obs(&m, 5);
@@ -832,6 +992,7 @@ mod tests {
                 health_timeout: None,
                 up_to_date,
                 bootstrap: None,
+                connection_down: None,
             })
         };
         let up_to_date = |p: &MachinePlan| {
@@ -880,6 +1041,7 @@ mod tests {
                 health_timeout: None,
                 up_to_date: Some(template),
                 bootstrap: None,
+                connection_down: None,
             });
             assert_eq!(up_to_date(&p), Some((status.into(), reason.into())), "case {case}");
         }
@@ -1028,6 +1190,8 @@ mod tests {
                 drain_started: started.map(t),
                 now: t(now),
                 bootstrap_deleting: None,
+                connection_down: None,
+                cluster_deleting: false,
             });
             assert_eq!(step, expected, "{name}");
         }
@@ -1047,6 +1211,8 @@ mod tests {
                 drain_started: None,
                 now: t(0),
                 bootstrap_deleting: bootstrap,
+                connection_down: None,
+                cluster_deleting: false,
             });
             assert_eq!(step, expected, "{name}");
         }

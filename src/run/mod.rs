@@ -20,7 +20,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
 use crate::controllers::{
-    CONTROLLER_NAMES, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
+    CONTROLLER_NAMES, CapiNodes, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
 };
 use crate::metrics::{self, Metrics};
 use crate::providers::DriverRegistry;
@@ -36,6 +36,17 @@ pub enum Target {
     None,
     /// The cluster of this kubeconfig.
     Kubeconfig(PathBuf),
+}
+
+impl Target {
+    /// Where mode "CAPI with MCM core" reads a Cluster's Nodes: from its kubeconfig Secret, as core does, unless a
+    /// target cluster was named (or refused) explicitly.
+    fn capi_nodes(&self) -> CapiNodes {
+        match self {
+            Target::Control => CapiNodes::PerCluster,
+            Target::None | Target::Kubeconfig(_) => CapiNodes::Target,
+        }
+    }
 }
 
 /// What `mcm run` does.
@@ -202,6 +213,7 @@ async fn clusters(options: &RunOptions) -> Result<Clusters, RunError> {
         target: target.as_ref().map(|t| t.client.clone()),
         drain: target.as_ref().map(|t| t.no_retry.clone()),
         probe: target.as_ref().map(|t| ProbeClients { control: control.no_retry.clone(), target: t.no_retry.clone() }),
+        capi_nodes: options.target.capi_nodes(),
     })
 }
 
@@ -374,6 +386,13 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::providers::ListMachinesRequest;
+
+    #[test]
+    fn capi_mode_reads_each_clusters_secret_unless_a_target_is_named() {
+        assert_eq!(Target::Control.capi_nodes(), CapiNodes::PerCluster);
+        assert_eq!(Target::Kubeconfig("/k".into()).capi_nodes(), CapiNodes::Target);
+        assert_eq!(Target::None.capi_nodes(), CapiNodes::Target);
+    }
 
     fn options(cloud_rate_limit: RateLimit) -> RunOptions {
         RunOptions {

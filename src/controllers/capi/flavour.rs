@@ -11,7 +11,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch};
 use kube::runtime::events::Recorder;
@@ -34,6 +33,7 @@ use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::workload::{Connection, Workload};
 use crate::controllers::writes::{guarded, patch_params};
 use crate::convert::machine_view::machine_to_hub;
 use crate::convert::{
@@ -71,9 +71,6 @@ impl Flavour for CapiContext {
     fn control(&self) -> &Client {
         &self.control
     }
-    fn target(&self) -> Option<&Client> {
-        self.target.as_ref()
-    }
     fn retries(&self) -> &RetryBook {
         &self.retries
     }
@@ -92,8 +89,11 @@ impl Flavour for CapiContext {
     fn deployments(&self) -> &Store<MachineDeployment> {
         &self.deployments
     }
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        CapiContext::node(self, name)
+    async fn workload(&self, d: &MachineDeployment) -> Option<Arc<Connection>> {
+        match self.workloads.get(&d.namespace().unwrap_or_default(), &d.spec.cluster_name).await {
+            Workload::Up(connection) => Some(connection),
+            Workload::Down(_) | Workload::Absent => None,
+        }
     }
     fn set_events(&self) -> &Recorder {
         &self.set_events

@@ -20,6 +20,7 @@ use crate::api::capi::{Machine, MachineStatus};
 use crate::api::infra::MCMMachine;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_not_found};
+use crate::controllers::workload::{RECHECK_DOWN, Workload};
 use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::drain::{self, DrainError, DrainOptions};
@@ -71,7 +72,17 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
     }
     let bootstrap = bootstrap(&ctx, &m, &api).await?;
     let provider_id = infra.as_ref().and_then(|i| i.spec.provider_id.clone()).or_else(|| m.spec.provider_id.clone());
-    let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| ctx.node_by_provider_id(p));
+    let workload = ctx.workloads.get(&m.namespace().unwrap_or_default(), &m.spec.cluster_name).await;
+    let node = match &workload {
+        Workload::Up(nodes) => {
+            provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| nodes.node_by_provider_id(p))
+        }
+        Workload::Down(_) | Workload::Absent => None,
+    };
+    let connection_down = match &workload {
+        Workload::Down(why) => Some(why.as_str()),
+        Workload::Up(_) | Workload::Absent => None,
+    };
     let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
     let creation_timeout = configuration.creation_timeout.map_or(ctx.config.creation_timeout, |d| d.as_std());
     let health_timeout = match configuration.disable_health_timeout {
@@ -87,6 +98,7 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         health_timeout,
         up_to_date: ctx.up_to_date(&m),
         bootstrap: Some(&bootstrap),
+        connection_down,
     });
     if let Some(provider_id) = &plan.provider_id {
         writes::merge(&api, &*m, &json!({"spec": {"providerID": provider_id}}), "set the providerID of").await?;
@@ -109,10 +121,12 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         }
     }
     let resync = ctx.config.resync;
-    let after = match (plan.requeue_after.map(|d| d + Duration::from_millis(100)), bootstrap.requeue_after) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    // A Cluster whose workload cluster is down is looked at again when its Secret is.
+    let workload_retry = connection_down.map(|_| RECHECK_DOWN);
+    let after = [plan.requeue_after.map(|d| d + Duration::from_millis(100)), bootstrap.requeue_after, workload_retry]
+        .into_iter()
+        .flatten()
+        .min();
     Ok(Action::requeue(after.map_or(resync, |d| d.min(resync))))
 }
 
@@ -226,12 +240,23 @@ fn drain_started(m: &Machine) -> Option<Timestamp> {
 async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Action, Error> {
     let key = key_of(m);
     let infra = ctx.infra_of(m);
-    let node: Option<Arc<Node>> = m
-        .spec
-        .provider_id
-        .as_deref()
-        .and_then(|p| ctx.node_by_provider_id(p))
-        .or_else(|| m.status.as_ref().and_then(|s| s.node_ref.as_ref()).and_then(|r| ctx.node(&r.name)));
+    let workload = ctx.workloads.get(&m.namespace().unwrap_or_default(), &m.spec.cluster_name).await;
+    let (nodes, connection_down) = match &workload {
+        Workload::Up(nodes) => (Some(nodes), None),
+        Workload::Down(why) => (None, Some(why.as_str())),
+        Workload::Absent => (None, None),
+    };
+    let node: Option<Arc<Node>> = nodes.and_then(|nodes| {
+        m.spec
+            .provider_id
+            .as_deref()
+            .and_then(|p| nodes.node_by_provider_id(p))
+            .or_else(|| m.status.as_ref().and_then(|s| s.node_ref.as_ref()).and_then(|r| nodes.node(&r.name)))
+    });
+    let cluster_deleting = ctx
+        .clusters
+        .get(&kube::runtime::reflector::ObjectRef::new(&m.spec.cluster_name).within(&m.namespace().unwrap_or_default()))
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
     let now = Timestamp::now();
     let reason = deleting_reason(m);
     let namespace = m.namespace().unwrap_or_default();
@@ -252,6 +277,8 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
         drain_started: drain_started(m),
         now,
         bootstrap_deleting,
+        connection_down,
+        cluster_deleting,
     });
     tracing::debug!(machine = %key, ?step, "deletion step");
     match step {
@@ -263,7 +290,8 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
         DeletionStep::Drain { node, timeout } => {
             let started = drain_started(m).unwrap_or(now);
             deleting_status(api, m, "DrainingNode", &format!("draining Node {node}"), Some(started)).await?;
-            let Some(target) = &ctx.target else { return Ok(Action::requeue(Duration::ZERO)) };
+            let Some(nodes) = nodes else { return Ok(Action::requeue(RECHECK_DOWN)) };
+            let target = &nodes.client;
             let options = DrainOptions {
                 node: node.clone(),
                 timeout: timeout.unwrap_or(Duration::from_secs(365 * 24 * 3600)),
@@ -274,7 +302,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
                 force: false,
             };
             let result = match drain::cordon(target, &node).await {
-                Ok(()) => drain::drain(ctx.drain.as_ref().unwrap_or(target), None, &options).await.map(|_| ()),
+                Ok(()) => drain::drain(&nodes.drain, None, &options).await.map(|_| ()),
                 Err(e) => Err(e),
             };
             // Re-read: the status changed above.
@@ -348,8 +376,8 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
             Ok(Action::requeue(POLL))
         }
         DeletionStep::DeleteNode(name) => {
-            if let Some(target) = &ctx.target {
-                let nodes: Api<Node> = Api::all(target.clone());
+            if let Some(workload) = nodes {
+                let nodes: Api<Node> = Api::all(workload.client.clone());
                 match nodes.delete(&name, &DeleteParams::default()).await {
                     Ok(_) => tracing::info!(machine = %key, node = %name, "deleted the Node"),
                     Err(e) if is_not_found(&e) => {}
@@ -358,6 +386,11 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
             }
             deleting_status(api, m, "DeletingNode", &format!("deleting Node {name}"), None).await?;
             Ok(Action::requeue(Duration::from_secs(1)))
+        }
+        DeletionStep::WaitForWorkloadCluster(why) => {
+            let message = format!("waiting to drain the Node: cannot reach the workload cluster: {why}");
+            deleting_status(api, m, "DrainingNode", &message, Some(drain_started(m).unwrap_or(now))).await?;
+            Ok(Action::requeue(RECHECK_DOWN))
         }
         DeletionStep::RemoveFinalizer => {
             tracing::info!(machine = %key, "deleted");

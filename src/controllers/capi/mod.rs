@@ -34,15 +34,17 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::ControllerOptions;
 use super::context::{Reports, RetryBook};
 use super::informer::{Informer, Notice, wait_all};
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, owners_of, refs, scoped};
+use super::workload::{Connection, WorkloadClusters, machines_of_node};
+use super::{CapiNodes, ControllerOptions};
 use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
@@ -163,8 +165,8 @@ where
 /// What the three controllers share.
 pub(crate) struct CapiContext {
     pub control: Client,
-    pub target: Option<Client>,
-    pub drain: Option<Client>,
+    /// Each Cluster's Nodes.
+    pub workloads: WorkloadClusters,
     pub config: MachineConfig,
     pub machines: Store<Machine>,
     pub sets: Store<MachineSet>,
@@ -172,7 +174,6 @@ pub(crate) struct CapiContext {
     pub infra: Store<MCMMachine>,
     pub clusters: Store<capi::Cluster>,
     pub infra_clusters: Store<MCMCluster>,
-    pub nodes: Option<Store<Node>>,
     pub ready: Vec<watch::Receiver<bool>>,
     pub set_events: Recorder,
     pub deployment_events: Recorder,
@@ -188,19 +189,6 @@ pub(crate) struct CapiContext {
 impl CapiContext {
     async fn ready(&self) {
         wait_all(self.ready.clone()).await;
-    }
-
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.nodes.as_ref()?.get(&ObjectRef::new(name))
-    }
-
-    /// The Node whose `spec.providerID` is exactly `provider_id`.
-    fn node_by_provider_id(&self, provider_id: &str) -> Option<Arc<Node>> {
-        self.nodes
-            .as_ref()?
-            .state()
-            .into_iter()
-            .find(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
     }
 
     /// CAPI's `UpToDate` for a machine, from its MachineSet and that set's MachineDeployment in the stores: true
@@ -255,9 +243,8 @@ pub(crate) struct Started {
 /// does not hold the objects). Subscribes to the Node informer, so call it before that runs.
 pub(crate) fn start(
     control: Client,
-    target: Option<Client>,
-    drain: Option<Client>,
-    nodes: Option<&mut Informer<Node>>,
+    target: Option<(Client, Client, &mut Informer<Node>)>,
+    capi_nodes: CapiNodes,
     options: &ControllerOptions,
     stop: watch::Receiver<bool>,
 ) -> Started {
@@ -279,15 +266,21 @@ pub(crate) fn start(
         infra_clusters.ready(),
     ];
     let mut node_notices = None;
-    let node_store = nodes.map(|n| {
-        ready.push(n.ready());
-        node_notices = Some(n.subscribe());
-        n.store()
-    });
+    let (node_triggers, workload_notices) = mpsc::unbounded_channel();
+    let workloads = match (capi_nodes, target) {
+        (CapiNodes::PerCluster, _) => WorkloadClusters::per_cluster(control.clone(), machines.store(), node_triggers),
+        (CapiNodes::Target, Some((client, drain, nodes))) => {
+            ready.push(nodes.ready());
+            node_notices = Some(nodes.subscribe());
+            let connection = Connection::fixed(client, drain, nodes.store());
+            WorkloadClusters::fixed(Some(connection), machines.store(), node_triggers)
+        }
+        (CapiNodes::Target, None) => WorkloadClusters::fixed(None, machines.store(), node_triggers),
+    };
+    let cluster_notices = clusters.subscribe();
     let ctx = Arc::new(CapiContext {
         control: control.clone(),
-        target,
-        drain,
+        workloads,
         config: options.machine.clone(),
         machines: machines.store(),
         sets: sets.store(),
@@ -295,7 +288,6 @@ pub(crate) fn start(
         infra: infra.store(),
         clusters: clusters.store(),
         infra_clusters: infra_clusters.store(),
-        nodes: node_store,
         ready,
         set_events: recorder("machineset-controller"),
         deployment_events: recorder("machinedeployment-controller"),
@@ -337,7 +329,7 @@ pub(crate) fn start(
     );
 
     let machine_triggers = stream::select(
-        machine_triggers(&mut machines, &mut infra, &mut deployments, node_notices, &ctx),
+        machine_triggers(&mut machines, &mut infra, &mut deployments, (node_notices, workload_notices), &ctx),
         by_paused_cluster(&mut clusters, ctx.machines.clone(), |m: &Machine| m.spec.cluster_name.as_str()),
     );
     let machine_controller = controller(
@@ -388,7 +380,20 @@ pub(crate) fn start(
             tokio::spawn(infra.run()),
             tokio::spawn(clusters.run()),
             tokio::spawn(infra_clusters.run()),
+            tokio::spawn(close_workloads_of_deleted_clusters(cluster_notices, ctx.clone())),
         ],
+    }
+}
+
+/// Closes a deleted Cluster's workload cluster connection.
+async fn close_workloads_of_deleted_clusters(
+    mut notices: mpsc::UnboundedReceiver<Notice<capi::Cluster>>,
+    ctx: Arc<CapiContext>,
+) {
+    while let Some(notice) = notices.recv().await {
+        if let Notice::Deleted(cluster) = notice {
+            ctx.workloads.disconnect(&cluster.namespace().unwrap_or_default(), &cluster.name_any()).await;
+        }
     }
 }
 
@@ -480,7 +485,10 @@ fn machine_triggers(
     machines: &mut Informer<Machine>,
     infra: &mut Informer<MCMMachine>,
     deployments: &mut Informer<MachineDeployment>,
-    nodes: Option<tokio::sync::mpsc::UnboundedReceiver<Notice<Node>>>,
+    (target_nodes, workload_nodes): (
+        Option<mpsc::UnboundedReceiver<Notice<Node>>>,
+        mpsc::UnboundedReceiver<ObjectRef<Machine>>,
+    ),
     ctx: &Arc<CapiContext>,
 ) -> impl Stream<Item = ObjectRef<Machine>> + Send + 'static {
     let own = applied(machines);
@@ -534,26 +542,12 @@ fn machine_triggers(
             .map(|m| ObjectRef::from_obj(&**m))
             .collect()
     });
-    let mut all = vec![own.boxed(), by_infra.boxed(), by_deployment.boxed()];
-    if let Some(nodes) = nodes {
+    // Node changes: of the one target cluster, or (already mapped) of each Cluster's own.
+    let by_workload = UnboundedReceiverStream::new(workload_nodes);
+    let mut all = vec![own.boxed(), by_infra.boxed(), by_deployment.boxed(), by_workload.boxed()];
+    if let Some(nodes) = target_nodes {
         let store = ctx.machines.clone();
-        all.push(
-            refs(nodes, move |n: Notice<Node>| {
-                let node = n.object();
-                let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.clone());
-                let name = node.name_any();
-                store
-                    .state()
-                    .iter()
-                    .filter(|m| {
-                        provider_id.is_some() && m.spec.provider_id == provider_id
-                            || m.status.as_ref().and_then(|s| s.node_ref.as_ref()).is_some_and(|r| r.name == name)
-                    })
-                    .map(|m| ObjectRef::from_obj(&**m))
-                    .collect::<Vec<_>>()
-            })
-            .boxed(),
-        );
+        all.push(refs(nodes, move |n: Notice<Node>| machines_of_node(&store, n.object(), None)).boxed());
     }
     stream::select_all(all)
 }

@@ -5,7 +5,6 @@
 //! annotations, the status, events.
 
 use std::collections::{BTreeSet, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -23,6 +22,7 @@ use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRIORITY_ANNOTATION};
 use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
+use crate::controllers::workload::Connection;
 use crate::controllers::writes::{self, MANAGER, guarded};
 use crate::lifecycle::claim::{Claim, Owner, adopt_patch, claim, controller_of, release_patch};
 use crate::lifecycle::machine_deployment::nodes::{DeploymentMachine, NodeEffects};
@@ -56,11 +56,12 @@ pub(crate) async fn run<F: Flavour>(
         .filter(|m| controller_of(m.meta()).is_some_and(|r| uids.contains(&r.uid)))
         .map(|m| (**m).clone())
         .collect();
+    let workload = f.workload(d).await;
     let machines: Vec<DeploymentMachine> = owned
         .iter()
         .map(|m| {
             let hub_machine = f.machine_to_hub(m);
-            let node = hub_machine.labels().get(NODE_LABEL).and_then(|n| f.node(n));
+            let node = hub_machine.labels().get(NODE_LABEL).and_then(|n| workload.as_ref()?.node(n));
             DeploymentMachine::from_machine(&hub_machine, node.as_deref())
         })
         .collect();
@@ -79,7 +80,14 @@ pub(crate) async fn run<F: Flavour>(
         }
     };
     tracing::debug!(machine_deployment = %key_of(d), sets = ?hub_sets.iter().map(|s| (s.name_any(), s.spec.replicas)).collect::<Vec<_>>(), ?plan, "plan");
-    let observed = Observed { deployment: d, hub, sets: &sets, hub_sets: &hub_sets, machines: &owned };
+    let observed = Observed {
+        deployment: d,
+        hub,
+        sets: &sets,
+        hub_sets: &hub_sets,
+        machines: &owned,
+        workload: workload.as_deref(),
+    };
     execute(f, &observed, plan, now, written).await
 }
 
@@ -140,6 +148,8 @@ struct Observed<'a, F: Flavour> {
     sets: &'a [F::Set],
     hub_sets: &'a [mcm::MachineSet],
     machines: &'a [F::Machine],
+    /// Where their Nodes are.
+    workload: Option<&'a Connection>,
 }
 
 /// Applies the plan; returns when to look again (`None`: on the next change only).
@@ -151,7 +161,7 @@ async fn execute<F: Flavour>(
     now: Timestamp,
     written: &mut WrittenBy<F>,
 ) -> Result<Option<Duration>, Error> {
-    let Observed { deployment: d, hub, sets, hub_sets, machines: owned } = *observed;
+    let Observed { deployment: d, hub, sets, hub_sets, machines: owned, workload } = *observed;
     let namespace = d.namespace().unwrap_or_default();
     let api: Api<F::Deployment> = Api::namespaced(f.control().clone(), &namespace);
     let sets_api: Api<F::Set> = Api::namespaced(f.control().clone(), &namespace);
@@ -270,7 +280,9 @@ async fn execute<F: Flavour>(
         }
     }
 
-    apply_node_effects(f.target(), &|n| f.node(n), &plan.nodes).await;
+    if let Some(workload) = workload {
+        apply_node_effects(workload, &plan.nodes).await;
+    }
 
     if let Some(updated) = f.write_deployment_status(&current, hub, plan.status.as_ref(), owned).await? {
         written.deployment_changed(&current, &updated);
@@ -287,16 +299,11 @@ async fn execute<F: Flavour>(
 
 /// The rollout's taints and annotations on Nodes: one merge patch per Node. A Node that changed meanwhile (or
 /// went) is skipped; its change brings the deployment back.
-pub(crate) async fn apply_node_effects(
-    target: Option<&kube::Client>,
-    node: &(dyn Fn(&str) -> Option<Arc<Node>> + Sync),
-    effects: &NodeEffects,
-) {
-    let Some(target) = target else { return };
+pub(crate) async fn apply_node_effects(workload: &Connection, effects: &NodeEffects) {
     if effects.is_empty() {
         return;
     }
-    let api: Api<Node> = Api::all(target.clone());
+    let api: Api<Node> = Api::all(workload.client.clone());
     let names: BTreeSet<&String> = effects
         .add_prefer_no_schedule
         .iter()
@@ -305,7 +312,7 @@ pub(crate) async fn apply_node_effects(
         .chain(&effects.enable_scale_down)
         .collect();
     for name in names {
-        let Some(node) = node(name) else { continue };
+        let Some(node) = workload.node(name) else { continue };
         let mut patch = json!({});
         let add = effects.add_prefer_no_schedule.contains(name);
         if add || effects.remove_prefer_no_schedule.contains(name) {

@@ -20,7 +20,6 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{Lookup, Store};
@@ -33,6 +32,7 @@ use kube::runtime::controller::Action;
 
 use super::context::{RetryBook, key_of};
 use super::error::Error;
+use super::workload::Connection;
 use crate::api::mcm;
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
 use crate::lifecycle::machine_deployment::validation::ValidationError;
@@ -87,8 +87,6 @@ pub(crate) trait Flavour: Send + Sync {
 
     /// The control cluster.
     fn control(&self) -> &Client;
-    /// The target cluster (Nodes), if any.
-    fn target(&self) -> Option<&Client>;
     /// The machine controller's configuration (resync period).
     fn config(&self) -> &MachineConfig;
     /// Back-off per object.
@@ -101,8 +99,8 @@ pub(crate) trait Flavour: Send + Sync {
     fn sets(&self) -> &Store<Self::Set>;
     /// MachineDeployments.
     fn deployments(&self) -> &Store<Self::Deployment>;
-    /// The Node `name` from the store.
-    fn node(&self, name: &str) -> Option<Arc<Node>>;
+    /// Where the Nodes of deployment `d`'s machines are (`None`: nowhere reachable now).
+    fn workload(&self, d: &Self::Deployment) -> impl Future<Output = Option<Arc<Connection>>> + Send;
     /// Events of the MachineSet controller.
     fn set_events(&self) -> &Recorder;
     /// Events of the MachineDeployment controller.

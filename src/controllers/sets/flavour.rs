@@ -5,7 +5,6 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch, PostParams};
 use kube::runtime::events::Recorder;
@@ -23,6 +22,7 @@ use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::workload::Connection;
 use crate::controllers::writes::{MANAGER, patch_params};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_ref;
@@ -50,9 +50,6 @@ impl Flavour for SetsContext {
     fn stale_machines(&self) -> Option<&prometheus_client::metrics::counter::Counter> {
         Some(&self.base.metrics.machines.stale)
     }
-    fn target(&self) -> Option<&Client> {
-        self.base.target.as_ref()
-    }
     fn retries(&self) -> &RetryBook {
         &self.base.retries
     }
@@ -71,8 +68,8 @@ impl Flavour for SetsContext {
     fn deployments(&self) -> &Store<MachineDeployment> {
         &self.deployments
     }
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.base.node(name)
+    async fn workload(&self, _: &MachineDeployment) -> Option<Arc<Connection>> {
+        self.base.workload()
     }
     fn set_events(&self) -> &Recorder {
         &self.set_events

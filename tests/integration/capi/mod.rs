@@ -15,6 +15,7 @@ mod sample;
 mod shared;
 mod template;
 mod upstream;
+mod workload_cluster;
 
 use std::time::Duration;
 

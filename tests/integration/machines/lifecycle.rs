@@ -176,7 +176,8 @@ async fn without_a_target_cluster_machines_become_available() {
     use mcm::controllers::{Clusters, Controllers};
     let mut env = Env::start(fast_options()).await;
     env.dev.kill_controllers().await;
-    let clusters = Clusters { control: env.client(), target: None, drain: None, probe: None };
+    let clusters =
+        Clusters { control: env.client(), target: None, drain: None, probe: None, capi_nodes: Default::default() };
     let controllers = Controllers::start(clusters, env.dev.drivers.clone(), fast_options());
     env.class("small", json!({})).await;
     env.machine("solo", "small").await;
