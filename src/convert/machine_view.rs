@@ -67,6 +67,13 @@ pub fn machine_to_hub(m: &capi::Machine, infra: Option<&MCMMachine>) -> mcm::Mac
         Some(p @ (MachinePhase::Failed | MachinePhase::CrashLoopBackOff)) => Some(p),
         _ => hub_phase(m.status.as_ref().and_then(|s| s.phase.as_deref())),
     };
+    // A MachineHealthCheck asked its owner to remediate it: to MCM's MachineSet that is a Failed machine, which it
+    // deletes and replaces (core's MachineSet deletes it too).
+    let phase = match phase {
+        Some(MachinePhase::Terminating) => phase,
+        _ if owner_remediation_requested(m) => Some(MachinePhase::Failed),
+        _ => phase,
+    };
     let last_update_time = m.status.as_ref().and_then(|s| s.last_updated.clone());
     mcm::Machine {
         metadata,
@@ -77,6 +84,14 @@ pub fn machine_to_hub(m: &capi::Machine, infra: Option<&MCMMachine>) -> mcm::Mac
             ..Default::default()
         }),
     }
+}
+
+/// Whether a MachineHealthCheck marked the Machine for remediation by its owner (`OwnerRemediated` False).
+pub fn owner_remediation_requested(m: &capi::Machine) -> bool {
+    m.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "OwnerRemediated" && c.status == "False"))
 }
 
 /// The CAPI Machine for a hub Machine made from a set's template (`lifecycle::machine_set::machines`): its

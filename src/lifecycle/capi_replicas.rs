@@ -126,12 +126,27 @@ fn shared(obs: &ReplicaObservation<'_>, old: &[Condition]) -> Vec<Condition> {
         scaling_down,
         make(old, "MachinesReady", ready.0, ready.1, ready.2, now),
         make(old, "MachinesUpToDate", up_to_date.0, up_to_date.1, up_to_date.2, now),
-        // Remediation is MCM's here (the MachineSet replaces Failed machines); MachineHealthChecks are core's.
-        make(old, "Remediating", "False", "NotRemediating", String::new(), now),
+        remediating(old, obs.machines, now),
         deleting,
         // Computed only while not paused: a paused object is not reconciled.
         make(old, "Paused", "False", "NotPaused", String::new(), now),
     ]
+}
+
+/// Core's `Remediating`: True while Machines wait for the remediation a MachineHealthCheck asked of their owner.
+fn remediating(old: &[Condition], machines: &[Machine], now: Timestamp) -> Condition {
+    let marked: Vec<&str> = machines
+        .iter()
+        .filter(|m| crate::convert::machine_view::owner_remediation_requested(m))
+        .filter_map(|m| m.metadata.name.as_deref())
+        .collect();
+    if marked.is_empty() {
+        return make(old, "Remediating", "False", "NotRemediating", String::new(), now);
+    }
+    let listed = marked.iter().take(3).copied().collect::<Vec<_>>().join(", ");
+    let more = if marked.len() > 3 { format!(" and {} more", marked.len() - 3) } else { String::new() };
+    let message = format!("* Machines {listed}{more}: remediation requested by a MachineHealthCheck");
+    make(old, "Remediating", "True", "Remediating", message, now)
 }
 
 /// The status of condition `type_` of a Machine.

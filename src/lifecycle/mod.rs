@@ -26,6 +26,7 @@
 pub mod admission;
 pub mod capi_bootstrap;
 pub mod capi_cluster;
+pub mod capi_health_check;
 pub mod capi_machine;
 pub mod capi_replicas;
 pub mod claim;

@@ -1,6 +1,7 @@
-//! Reading, taking and deleting a Machine's bootstrap config (`spec.bootstrap.configRef`), whose kind is only known
-//! from the reference: its resource is found by discovery (the group's preferred version, as core resolves a
-//! contract-versioned reference) and remembered per group and kind.
+//! Objects whose kind is only known from a reference (a Machine's bootstrap config, `spec.bootstrap.configRef`; a
+//! MachineHealthCheck's remediation template and requests): read, taken, created and deleted through their resource,
+//! found by discovery (the group's preferred version, as core resolves a contract-versioned reference) and
+//! remembered per group and kind.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,13 +16,13 @@ use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::writes::patch_params as params;
 use crate::lifecycle::capi_bootstrap::{clone_of_template, config_kind_of_template};
 
-/// The resources of bootstrap kinds found so far, by group and kind.
+/// The resources of referenced kinds found so far, by group and kind.
 #[derive(Default)]
-pub(crate) struct BootstrapKinds {
+pub(crate) struct ReferencedKinds {
     found: Mutex<HashMap<(String, String), ApiResource>>,
 }
 
-impl BootstrapKinds {
+impl ReferencedKinds {
     fn remembered(&self, key: &(String, String)) -> Option<ApiResource> {
         self.found.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(key).cloned()
     }
@@ -85,6 +86,24 @@ impl BootstrapKinds {
             .map_err(|e| Error::kube("take", describe(reference), e))
     }
 
+    /// Creates `object` (there already is fine): whether it was created; `None` when the kind is not served.
+    pub(crate) async fn create(
+        &self,
+        client: &Client,
+        reference: &ContractVersionedObjectReference,
+        namespace: &str,
+        object: Value,
+    ) -> Result<Option<bool>, Error> {
+        let Some(api) = self.api(client, reference, namespace).await? else { return Ok(None) };
+        let object: DynamicObject = serde_json::from_value(object)
+            .map_err(|e| Error::kube("make", describe(reference), kube::Error::SerdeError(e)))?;
+        match api.create(&super::clones::post(), &object).await {
+            Ok(_) => Ok(Some(true)),
+            Err(e) if crate::controllers::error::is_conflict(&e) => Ok(Some(false)),
+            Err(e) => Err(Error::kube("create", describe(reference), e)),
+        }
+    }
+
     /// Deletes the config (gone already is fine).
     pub(crate) async fn delete(
         &self,
@@ -104,7 +123,7 @@ impl BootstrapKinds {
 /// Creates the Machine's bootstrap config from the MachineSet's template `template` (a `…Template` kind), unless it
 /// exists; a template that is missing or names no template kind is left to the Machine's bootstrap condition.
 pub(crate) async fn create_clone(
-    kinds: &BootstrapKinds,
+    kinds: &ReferencedKinds,
     client: &Client,
     template: &ContractVersionedObjectReference,
     machine: &Machine,

@@ -149,7 +149,7 @@ pub(super) async fn ensure_bootstrap_clones(ctx: &CapiContext, set: &MachineSet,
             && bootstrap_missing(m)
     });
     for m in waiting {
-        if let Err(e) = super::bootstrap::create_clone(&ctx.bootstrap_kinds, &ctx.control, template, m).await {
+        if let Err(e) = super::bootstrap::create_clone(&ctx.kinds, &ctx.control, template, m).await {
             tracing::info!(machine = %key_of(m), error = %e, "creating the bootstrap config failed; next pass");
         }
     }

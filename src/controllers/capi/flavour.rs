@@ -257,7 +257,7 @@ impl Flavour for CapiContext {
             Err(e) => tracing::info!(machine = %key_of(&m), error = %e, "creating the MCMMachine failed; next pass"),
         }
         if let Some(template) = &set.spec.template.spec.bootstrap.config_ref
-            && let Err(e) = super::bootstrap::create_clone(&self.bootstrap_kinds, &self.control, template, &m).await
+            && let Err(e) = super::bootstrap::create_clone(&self.kinds, &self.control, template, &m).await
         {
             tracing::info!(machine = %key_of(&m), error = %e, "creating the bootstrap config failed; next pass");
         }

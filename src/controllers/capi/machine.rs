@@ -136,7 +136,7 @@ async fn bootstrap(ctx: &CapiContext, m: &Machine, api: &Api<Machine>) -> Result
     let namespace = m.namespace().unwrap_or_default();
     let reference = config_ref(m);
     let found = match reference {
-        Some(r) => Some(ctx.bootstrap_kinds.get(&ctx.control, r, &namespace).await?),
+        Some(r) => Some(ctx.kinds.get(&ctx.control, r, &namespace).await?),
         None => None,
     };
     let config = match &found {
@@ -146,7 +146,7 @@ async fn bootstrap(ctx: &CapiContext, m: &Machine, api: &Api<Machine>) -> Result
     };
     let plan = plan_bootstrap(m, config, &super::capi_controller_ref("Machine", &m.metadata));
     if let (Some(patch), Some(r)) = (&plan.take, reference) {
-        ctx.bootstrap_kinds.patch(&ctx.control, r, &namespace, patch).await?;
+        ctx.kinds.patch(&ctx.control, r, &namespace, patch).await?;
         tracing::info!(machine = %key_of(m), config = %r.name, kind = %r.kind, "took its bootstrap config");
     }
     if let Some(name) = &plan.data_secret_name {
@@ -263,7 +263,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
     let reference = config_ref(m);
     let bootstrap_deleting = match reference {
         Some(r) => ctx
-            .bootstrap_kinds
+            .kinds
             .get(&ctx.control, r, &namespace)
             .await?
             .map(|config| !config["metadata"]["deletionTimestamp"].is_null()),
@@ -367,7 +367,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
         DeletionStep::DeleteBootstrap | DeletionStep::WaitForBootstrap => {
             let kind = reference.map_or("", |r| r.kind.as_str());
             if let (DeletionStep::DeleteBootstrap, Some(r)) = (&step, reference) {
-                ctx.bootstrap_kinds.delete(&ctx.control, r, &namespace).await?;
+                ctx.kinds.delete(&ctx.control, r, &namespace).await?;
                 tracing::info!(machine = %key, config = %r.name, kind = %r.kind, "deleting the bootstrap config");
             }
             let message = format!("Waiting for {kind} to be deleted");

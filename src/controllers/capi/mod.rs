@@ -19,6 +19,7 @@ mod bootstrap;
 mod clones;
 mod cluster;
 mod flavour;
+mod health_check;
 mod machine;
 mod machine_deployment;
 mod machine_set;
@@ -45,7 +46,7 @@ use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, owners_of, refs, scoped};
 use super::workload::{Connection, WorkloadClusters, machines_of_node};
 use super::{CapiNodes, ControllerOptions};
-use crate::api::capi::{self, Machine, MachineDeployment, MachineSet};
+use crate::api::capi::{self, Machine, MachineDeployment, MachineHealthCheck, MachineSet};
 use crate::api::infra::{MCMCluster, MCMMachine};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::capi_cluster::paused_message;
@@ -178,12 +179,14 @@ pub(crate) struct CapiContext {
     pub set_events: Recorder,
     pub deployment_events: Recorder,
     pub machine_events: Recorder,
+    pub health_check_events: Recorder,
+    pub health_checks: Store<MachineHealthCheck>,
     pub retries: RetryBook,
     pub options: SetOptions,
     /// Invalid objects reported.
     pub reported: Reports,
     /// Bootstrap config kinds found by discovery.
-    pub bootstrap_kinds: bootstrap::BootstrapKinds,
+    pub kinds: bootstrap::ReferencedKinds,
 }
 
 impl CapiContext {
@@ -255,6 +258,8 @@ pub(crate) fn start(
     let mut infra: Informer<MCMMachine> = Informer::new(scoped(&control, ns), watcher::Config::default());
     let mut clusters: Informer<capi::Cluster> = Informer::new(scoped(&control, ns), watcher::Config::default());
     let mut infra_clusters: Informer<MCMCluster> = Informer::new(scoped(&control, ns), watcher::Config::default());
+    let mut health_checks: Informer<MachineHealthCheck> =
+        Informer::new(scoped(&control, ns), watcher::Config::default());
     let recorder =
         |name: &str| Recorder::new(control.clone(), Reporter { controller: name.to_string(), instance: None });
     let mut ready = vec![
@@ -264,6 +269,7 @@ pub(crate) fn start(
         infra.ready(),
         clusters.ready(),
         infra_clusters.ready(),
+        health_checks.ready(),
     ];
     let mut node_notices = None;
     let (node_triggers, workload_notices) = mpsc::unbounded_channel();
@@ -292,10 +298,12 @@ pub(crate) fn start(
         set_events: recorder("machineset-controller"),
         deployment_events: recorder("machinedeployment-controller"),
         machine_events: recorder("machine-controller"),
+        health_check_events: recorder("machinehealthcheck-controller"),
+        health_checks: health_checks.store(),
         retries: RetryBook::default(),
         options: options.sets.clone(),
         reported: Reports::default(),
-        bootstrap_kinds: bootstrap::BootstrapKinds::default(),
+        kinds: bootstrap::ReferencedKinds::default(),
     });
     let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);
@@ -347,10 +355,21 @@ pub(crate) fn start(
     let cluster_controller = controller(
         ctx.clusters.clone(),
         cluster_triggers,
-        config,
+        config.clone(),
         shutdown(),
         cluster::reconcile,
         cluster::error_policy,
+        ctx.clone(),
+    );
+
+    let health_check_triggers = health_check_triggers(&mut health_checks, &mut machines, &mut clusters, &ctx);
+    let health_check_controller = controller(
+        ctx.health_checks.clone(),
+        health_check_triggers,
+        config,
+        shutdown(),
+        crate::metrics::timed(&options.metrics, "capi-machinehealthcheck", health_check::reconcile),
+        health_check::error_policy,
         ctx.clone(),
     );
 
@@ -369,7 +388,13 @@ pub(crate) fn start(
             return;
         }
         tracing::info!("CAPI Cluster, MachineDeployment, MachineSet and Machine controllers (MCM core) started");
-        futures::join!(set_controller, deployment_controller, machine_controller, cluster_controller);
+        futures::join!(
+            set_controller,
+            deployment_controller,
+            machine_controller,
+            cluster_controller,
+            health_check_controller
+        );
     };
     Started {
         controllers: vec![tokio::spawn(controllers)],
@@ -380,9 +405,41 @@ pub(crate) fn start(
             tokio::spawn(infra.run()),
             tokio::spawn(clusters.run()),
             tokio::spawn(infra_clusters.run()),
+            tokio::spawn(health_checks.run()),
             tokio::spawn(close_workloads_of_deleted_clusters(cluster_notices, ctx.clone())),
         ],
     }
+}
+
+/// Health checks, and those selecting a changed Machine or belonging to a changed Cluster.
+fn health_check_triggers(
+    health_checks: &mut Informer<MachineHealthCheck>,
+    machines: &mut Informer<Machine>,
+    clusters: &mut Informer<capi::Cluster>,
+    ctx: &Arc<CapiContext>,
+) -> impl Stream<Item = ObjectRef<MachineHealthCheck>> + Send + 'static {
+    let own = applied(health_checks);
+    let store = ctx.health_checks.clone();
+    let by_machine = refs(machines.subscribe(), move |n: Notice<Machine>| {
+        let m = n.object();
+        store
+            .state()
+            .iter()
+            .filter(|h| crate::lifecycle::capi_health_check::selects(h, m))
+            .map(|h| ObjectRef::from_obj(&**h))
+            .collect::<Vec<_>>()
+    });
+    let store = ctx.health_checks.clone();
+    let by_cluster = refs(clusters.subscribe(), move |n: Notice<capi::Cluster>| {
+        let c = n.object();
+        store
+            .state()
+            .iter()
+            .filter(|h| h.namespace() == c.namespace() && h.spec.cluster_name == c.name_any())
+            .map(|h| ObjectRef::from_obj(&**h))
+            .collect::<Vec<_>>()
+    });
+    stream::select_all(vec![own.boxed(), by_machine.boxed(), by_cluster.boxed()])
 }
 
 /// Closes a deleted Cluster's workload cluster connection.

@@ -8,6 +8,7 @@ mod autoscaler;
 mod bootstrap;
 mod cluster_deletion;
 mod deletion;
+mod health_check;
 mod membership;
 mod pause;
 mod rollout;

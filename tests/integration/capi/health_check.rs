@@ -1,0 +1,129 @@
+//! MachineHealthCheck on `mcm dev`'s sample (real infrastructure controllers and in-memory cloud): a Machine failing
+//! a checked condition past its timeout is marked (`HealthCheckSucceeded` False, `OwnerRemediated` False) and its
+//! MachineSet deletes and replaces it; with more unhealthy Machines than `triggerIf` allows, core's short circuit
+//! marks them but remediates none.
+
+use std::collections::BTreeSet;
+
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use mcm::api::capi::{Machine, MachineHealthCheck};
+use mcm::dev::DevOptions;
+use serde_json::json;
+
+use super::WAIT;
+use crate::support::{TempDir, wait_until};
+
+const NS: &str = "capi-sample";
+
+fn condition(m: &Machine, kind: &str) -> Option<(String, String)> {
+    let c = m.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+fn running(m: &Machine) -> bool {
+    m.metadata.deletion_timestamp.is_none()
+        && m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        && condition(m, "Ready").is_some_and(|(s, _)| s == "True")
+}
+
+/// Marks machine `name` with a failing `DiskHealthy` condition (a condition nothing of ours writes).
+async fn fail_disk(machines: &Api<Machine>, name: &str) {
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let m = machines.get(name).await.unwrap();
+    let mut conditions = m.status.and_then(|s| s.conditions).unwrap_or_default();
+    conditions.push(
+        serde_json::from_value(json!({
+            "type": "DiskHealthy", "status": "False", "reason": "DiskFull", "message": "", "lastTransitionTime": now,
+        }))
+        .unwrap(),
+    );
+    let patch = Patch::Merge(json!({"status": {"conditions": conditions}}));
+    machines.patch_status(name, &PatchParams::default(), &patch).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_machine_is_replaced_unless_too_many_are() {
+    let dir = TempDir::new("mcm-capi-health-check");
+    let options = DevOptions {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        kubeconfig_out: dir.0.join("kubeconfig"),
+        ..Default::default()
+    };
+    let (env, _kube) = crate::support::start_dev(options).await;
+    let machines: Api<Machine> = Api::namespaced(env.client.clone(), NS);
+    let checks: Api<MachineHealthCheck> = Api::namespaced(env.client.clone(), NS);
+    let list = || async { machines.list(&ListParams::default()).await.unwrap().items };
+    let first = wait_until("3 Running sample machines", WAIT, || async {
+        let all = list().await;
+        (all.len() == 3 && all.iter().all(running)).then_some(all)
+    })
+    .await;
+
+    let mhc: MachineHealthCheck = serde_json::from_value(json!({
+        "metadata": {"name": "workers"},
+        "spec": {
+            "clusterName": "sample",
+            "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
+            "checks": {
+                "nodeStartupTimeoutSeconds": 600,
+                "unhealthyMachineConditions": [{"type": "DiskHealthy", "status": "False", "timeoutSeconds": 1}],
+            },
+            "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": 1}},
+        },
+    }))
+    .unwrap();
+    checks.create(&PostParams::default(), &mhc).await.unwrap();
+    wait_until("the health check counting 3 healthy machines", WAIT, || async {
+        let s = checks.get("workers").await.ok()?.status?;
+        (s.expected_machines == Some(3) && s.current_healthy == Some(3) && s.targets.as_ref()?.len() == 3).then_some(())
+    })
+    .await;
+
+    // One unhealthy machine: marked, then deleted and replaced by its MachineSet.
+    let victim = first[0].name_any();
+    fail_disk(&machines, &victim).await;
+    let replaced = wait_until("the unhealthy machine replaced, 3 Running", WAIT, || async {
+        let all = list().await;
+        let names: BTreeSet<String> = all.iter().map(|m| m.name_any()).collect();
+        (all.len() == 3 && all.iter().all(running) && !names.contains(&victim)).then_some(all)
+    })
+    .await;
+    let vms: Vec<String> = env.cloud.live_vms().iter().map(|vm| vm.machine_name.clone()).collect();
+    assert!(!vms.contains(&victim), "the unhealthy machine's VM was deleted");
+    let marked = env.client.clone();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(marked, NS);
+    let seen = events.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        seen.iter().any(|e| e.reason.as_deref() == Some("MachineMarkedUnhealthy")
+            && e.involved_object.name.as_deref() == Some(victim.as_str())),
+        "core's MachineMarkedUnhealthy event on {victim}"
+    );
+
+    // Two unhealthy machines while one is allowed: both marked, none remediated.
+    let (a, b) = (replaced[0].name_any(), replaced[1].name_any());
+    fail_disk(&machines, &a).await;
+    fail_disk(&machines, &b).await;
+    wait_until("remediation restricted, both machines marked", WAIT, || async {
+        let mhc = checks.get("workers").await.ok()?;
+        let restricted = mhc
+            .status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "RemediationAllowed" && c.status == "False" && c.reason == "TooManyUnhealthy");
+        let all = list().await;
+        let marked = all
+            .iter()
+            .filter(|m| [&a, &b].contains(&&m.name_any()))
+            .filter(|m| condition(m, "HealthCheckSucceeded").is_some_and(|(s, _)| s == "False"))
+            .count();
+        (restricted && marked == 2).then_some(())
+    })
+    .await;
+    let all = list().await;
+    assert_eq!(all.len(), 3);
+    for m in all.iter().filter(|m| [&a, &b].contains(&&m.name_any())) {
+        assert!(m.metadata.deletion_timestamp.is_none(), "{} is not remediated", m.name_any());
+        assert_ne!(condition(m, "OwnerRemediated").map(|c| c.0), Some("False".to_string()));
+    }
+}
