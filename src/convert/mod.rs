@@ -22,6 +22,7 @@ mod data;
 mod deployment;
 pub mod machine;
 mod machine_set;
+pub(crate) use machine_set::condition_to_capi;
 pub mod machine_view;
 mod template;
 

@@ -33,6 +33,7 @@ use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::sets::SetOptions;
 use crate::controllers::workload::{Connection, Workload};
 use crate::controllers::writes::{guarded, patch_params};
 use crate::convert::machine_view::machine_to_hub;
@@ -79,6 +80,15 @@ impl Flavour for CapiContext {
     }
     fn deployment_options(&self) -> DeploymentOptions {
         self.options.deployment
+    }
+    fn set_options(&self) -> &SetOptions {
+        &self.options
+    }
+    async fn ready(&self) {
+        CapiContext::ready(self).await;
+    }
+    fn freeze_events(&self) -> &Recorder {
+        &self.set_events
     }
     fn machines(&self) -> &Store<Machine> {
         &self.machines
@@ -132,6 +142,23 @@ impl Flavour for CapiContext {
 
     fn deployment_patch(hub: &mcm::MachineDeployment, patch: &Value) -> Option<Value> {
         capi_patch(hub, patch, deployment_to_capi)
+    }
+    fn set_frozen_patch(set: &MachineSet, frozen: Option<&mcm::MachineSetCondition>) -> Option<Value> {
+        let old = set.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let frozen = frozen.map(|c| {
+            frozen_condition(&c.status, c.reason.as_deref(), c.message.as_deref(), c.last_transition_time.as_ref())
+        });
+        frozen_conditions_patch(&old, frozen)
+    }
+    fn deployment_frozen_patch(
+        d: &MachineDeployment,
+        frozen: Option<&mcm::MachineDeploymentCondition>,
+    ) -> Option<Value> {
+        let old = d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let frozen = frozen.map(|c| {
+            frozen_condition(&c.status, c.reason.as_deref(), c.message.as_deref(), c.last_transition_time.as_ref())
+        });
+        frozen_conditions_patch(&old, frozen)
     }
     fn set_patch(set: &MachineSet, hub: &mcm::MachineSet, patch: &Value) -> Option<Value> {
         let capi = capi_patch(hub, patch, machine_set_to_capi)?;
@@ -304,7 +331,11 @@ impl Flavour for CapiContext {
         let mut conditions = new.conditions.take().unwrap_or_default();
         merge_conditions(&mut conditions, core);
         new.conditions = Some(conditions);
-        let Some(patch) = status_patch(&old, &new) else { return Ok(None) };
+        let Some(mut patch) = status_patch(&old, &new) else { return Ok(None) };
+        // The overshoot freeze and the health check's marks race this list: never overwrite their change.
+        if patch["status"].get("conditions").is_some() {
+            patch["metadata"] = json!({"resourceVersion": set.resource_version()});
+        }
         let api: Api<MachineSet> = Api::namespaced(self.control.clone(), &set.namespace().unwrap_or_default());
         api.patch_status(&set.name_any(), &patch_params(), &Patch::Merge(&patch))
             .await
@@ -399,4 +430,34 @@ fn deployment_status(
     );
     new.extra = old.extra.clone();
     new
+}
+
+/// MCM's `Frozen` condition as a metav1 condition.
+fn frozen_condition(
+    status: &mcm::ConditionStatus,
+    reason: Option<&str>,
+    message: Option<&str>,
+    time: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let status = serde_json::to_value(status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+    crate::convert::condition_to_capi("Frozen", &status, reason, message, time)
+}
+
+/// The status patch putting `frozen` in place of the `Frozen` condition among `old` (`None`: removing it); `None`
+/// when that changes nothing (an existing True one is kept as it is).
+fn frozen_conditions_patch(
+    old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    frozen: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+) -> Option<Value> {
+    let current = old.iter().find(|c| c.type_ == "Frozen");
+    let mut kept: Vec<_> = old.iter().filter(|c| c.type_ != "Frozen").cloned().collect();
+    match frozen {
+        Some(f) if current.is_some_and(|c| c.status == f.status && c.reason == f.reason) => None,
+        Some(f) => {
+            kept.push(f);
+            Some(json!({"conditions": kept}))
+        }
+        None if current.is_none() => None,
+        None => Some(json!({"conditions": kept})),
+    }
 }

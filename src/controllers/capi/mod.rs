@@ -373,6 +373,9 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
+    // MCM's overshoot freeze over the CAPI MachineSets and MachineDeployments (their `Frozen` condition).
+    let sweep = super::replicas::overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
+
     let guard = ctx.clone();
     let controllers = async move {
         guard.ready().await;
@@ -393,7 +396,8 @@ pub(crate) fn start(
             deployment_controller,
             machine_controller,
             cluster_controller,
-            health_check_controller
+            health_check_controller,
+            sweep
         );
     };
     Started {

@@ -8,6 +8,7 @@
 //! A fix to how a plan is carried out is made here once.
 
 pub(crate) mod deployment;
+pub(crate) mod overshoot;
 pub(crate) mod set;
 pub(crate) mod settle;
 
@@ -32,6 +33,7 @@ use kube::runtime::controller::Action;
 
 use super::context::{RetryBook, key_of};
 use super::error::Error;
+use super::sets::SetOptions;
 use super::workload::Connection;
 use crate::api::mcm;
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
@@ -93,6 +95,12 @@ pub(crate) trait Flavour: Send + Sync {
     fn retries(&self) -> &RetryBook;
     /// The MachineDeployment decisions' options.
     fn deployment_options(&self) -> DeploymentOptions;
+    /// How the set controllers and the overshoot freeze run.
+    fn set_options(&self) -> &SetOptions;
+    /// Resolves once every store has its first list.
+    fn ready(&self) -> impl Future<Output = ()> + Send;
+    /// Where the overshoot freeze's events go.
+    fn freeze_events(&self) -> &Recorder;
     /// Machines.
     fn machines(&self) -> &Store<Self::Machine>;
     /// MachineSets.
@@ -126,6 +134,12 @@ pub(crate) trait Flavour: Send + Sync {
     fn deployment_patch(hub: &mcm::MachineDeployment, patch: &Value) -> Option<Value>;
     /// The flavour's patch of `set` for a merge patch of its hub view (`None`: nothing to write).
     fn set_patch(set: &Self::Set, hub: &mcm::MachineSet, patch: &Value) -> Option<Value>;
+    /// The status merge patch that sets (`Some`) or removes (`None`) a set's `Frozen` condition, in the flavour's
+    /// shape (`None`: nothing to change).
+    fn set_frozen_patch(set: &Self::Set, frozen: Option<&mcm::MachineSetCondition>) -> Option<Value>;
+    /// The same for a deployment's `Frozen` condition.
+    fn deployment_frozen_patch(d: &Self::Deployment, frozen: Option<&mcm::MachineDeploymentCondition>)
+    -> Option<Value>;
     /// The flavour's patch of a machine for a merge patch of its hub view (`None`: the flavour does not hold what
     /// the patch changes).
     fn machine_patch(patch: &Value) -> Option<Value>;

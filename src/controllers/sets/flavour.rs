@@ -17,17 +17,22 @@ use super::machine_deployment::{report_invalid, write_status};
 use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::api::mcm::names::NODE_LABEL;
 use crate::api::mcm::names::PRESERVE;
-use crate::api::mcm::{Machine, MachineDeployment, MachineDeploymentStatus, MachineSet, MachineStatus};
+use crate::api::mcm::{
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
+    MachineDeploymentStatus, MachineSet, MachineSetCondition, MachineSetConditionType, MachineStatus,
+};
 use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::sets::SetOptions;
 use crate::controllers::workload::Connection;
 use crate::controllers::writes::{MANAGER, patch_params};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_ref;
 use crate::lifecycle::machine_deployment::plan::{DeploymentOptions, create_failed};
 use crate::lifecycle::machine_deployment::status::status_update_required;
+use crate::lifecycle::machine_deployment::status::{remove_condition, set_condition};
 use crate::lifecycle::machine_deployment::validation::ValidationError;
 use crate::lifecycle::machine_set::machines::{deleting_status, machine_from_template};
 use crate::lifecycle::machine_set::status::{self as set_status, ReplicaFailure, machine_set_status};
@@ -58,6 +63,15 @@ impl Flavour for SetsContext {
     }
     fn deployment_options(&self) -> DeploymentOptions {
         self.options.deployment
+    }
+    fn set_options(&self) -> &SetOptions {
+        &self.options
+    }
+    async fn ready(&self) {
+        SetsContext::ready(self).await;
+    }
+    fn freeze_events(&self) -> &Recorder {
+        &self.safety_events
     }
     fn machines(&self) -> &Store<Machine> {
         &self.base.machines
@@ -103,6 +117,29 @@ impl Flavour for SetsContext {
 
     fn deployment_patch(_: &MachineDeployment, patch: &Value) -> Option<Value> {
         Some(patch.clone())
+    }
+    fn set_frozen_patch(set: &MachineSet, frozen: Option<&MachineSetCondition>) -> Option<Value> {
+        let old = set.status.as_ref().and_then(|s| s.machine_set_condition.clone()).unwrap_or_default();
+        let is_frozen = |c: &MachineSetCondition| c.type_ == MachineSetConditionType::Frozen;
+        let mut kept: Vec<MachineSetCondition> = old.iter().filter(|c| !is_frozen(c)).cloned().collect();
+        match frozen {
+            Some(_) if old.iter().any(|c| is_frozen(c) && c.status == ConditionStatus::True) => None,
+            Some(frozen) => {
+                kept.push(frozen.clone());
+                Some(json!({"machineSetCondition": kept}))
+            }
+            None if kept.len() == old.len() => None,
+            None => Some(json!({"machineSetCondition": if kept.is_empty() { json!(null) } else { json!(kept) }})),
+        }
+    }
+    fn deployment_frozen_patch(d: &MachineDeployment, frozen: Option<&MachineDeploymentCondition>) -> Option<Value> {
+        let old = d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();
+        let mut conditions = old.clone();
+        match frozen {
+            Some(frozen) => set_condition(&mut conditions, frozen.clone()),
+            None => remove_condition(&mut conditions, MachineDeploymentConditionType::Frozen),
+        }
+        (conditions != old).then(|| json!({"conditions": conditions}))
     }
     fn set_patch(_: &MachineSet, _: &MachineSet, patch: &Value) -> Option<Value> {
         Some(patch.clone())

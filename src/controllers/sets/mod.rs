@@ -18,7 +18,6 @@
 mod flavour;
 mod machine_deployment;
 mod machine_set;
-mod overshoot;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,7 +163,7 @@ pub(crate) fn start(
         ctx.clone(),
     );
 
-    let sweep = overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
+    let sweep = crate::controllers::replicas::overshoot::run(ctx.clone(), machines.subscribe(), shutdown());
 
     Started {
         controllers: [set_controller.boxed(), deployment_controller.boxed(), sweep.boxed()],

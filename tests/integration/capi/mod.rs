@@ -9,6 +9,7 @@ mod bootstrap;
 mod cluster_deletion;
 mod deletion;
 mod health_check;
+mod mcm_extras;
 mod membership;
 mod pause;
 mod rollout;
@@ -116,6 +117,8 @@ impl Drop for Provider {
 pub async fn env() -> (Env, Capi, Provider) {
     let mut options = fast_options();
     options.capi_core = true;
+    // The overshoot sweep also runs on Machine additions; a short period lets it see deletions soon.
+    options.sets.overshooting_period = Duration::from_secs(1);
     let env = Env::start(options).await;
     let capi = Capi::of(&env);
     let secrets: Api<Secret> = Api::namespaced(env.client(), NS);

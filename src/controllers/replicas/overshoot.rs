@@ -1,7 +1,7 @@
-//! The overshoot freeze (`docs/machine-lifecycle.md`): a sweep over every MachineSet and MachineDeployment,
-//! every `--machine-safety-overshooting-period` and whenever a Machine appears, that freezes a set owning far more
-//! machines than it should (it then creates none) and unfreezes it once the count is back, as
-//! `lifecycle::freeze::plan_freeze_sweep` decides.
+//! The overshoot freeze (`docs/machine-lifecycle.md`), for either flavour: a sweep over every MachineSet and
+//! MachineDeployment, every `--machine-safety-overshooting-period` and whenever a Machine appears, that freezes a set
+//! owning far more machines than it should (it then creates none) and unfreezes it once the count is back, as
+//! `lifecycle::freeze::plan_freeze_sweep` decides over the hub views.
 //!
 //! A sweep reads only the stores; it writes labels and annotations as merge patches and conditions through the
 //! status (guarded by the resourceVersion: the set and deployment controllers write the same condition lists).
@@ -13,21 +13,19 @@ use std::sync::Arc;
 
 use jiff::Timestamp;
 use kube::api::Patch;
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::SetsContext;
+use super::{Flavour, Object, WrittenBy};
+use crate::api::mcm;
 use crate::api::mcm::names::UNFREEZE;
 use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE};
-use crate::api::mcm::{
-    ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
-    MachineSet, MachineSetConditionType,
-};
+use crate::api::mcm::{ConditionStatus, MachineDeploymentConditionType};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict};
 use crate::controllers::informer::Notice;
-use crate::controllers::replicas::settle::Written;
 use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::lifecycle::claim::controller_of;
@@ -35,17 +33,17 @@ use crate::lifecycle::freeze::{
     FROZE_MACHINE_SET, FreezeAction, SetFreezeFacts, UNFROZE_MACHINE_SET, count_machines, frozen_set_condition,
     plan_freeze_sweep, thresholds,
 };
-use crate::lifecycle::machine_deployment::status::{new_condition, remove_condition, set_condition};
+use crate::lifecycle::machine_deployment::status::new_condition;
 use crate::lifecycle::status::EventSpec;
 
 /// Runs sweeps until `shutdown` resolves: every period, and after Machine additions.
-pub(super) async fn run(
-    ctx: Arc<SetsContext>,
-    mut machines: mpsc::UnboundedReceiver<Notice<Machine>>,
+pub(crate) async fn run<F: Flavour>(
+    f: Arc<F>,
+    mut machines: mpsc::UnboundedReceiver<Notice<F::Machine>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut ticks = tokio::time::interval(ctx.options.overshooting_period);
+    let mut ticks = tokio::time::interval(f.set_options().overshooting_period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut known: HashSet<String> = HashSet::new();
     loop {
@@ -64,17 +62,17 @@ pub(super) async fn run(
                 }
             }
         }
-        ctx.ready().await;
-        if let Err(e) = sweep(&ctx).await {
+        f.ready().await;
+        if let Err(e) = sweep(&*f).await {
             tracing::warn!(error = %e, "overshoot sweep failed; next sweep");
         }
     }
 }
 
 /// Whether a notice is a Machine seen for the first time (and keeps track of the machines known).
-fn is_addition(known: &mut HashSet<String>, notice: &Notice<Machine>) -> bool {
+fn is_addition<K: Object>(known: &mut HashSet<String>, notice: &Notice<K>) -> bool {
     let m = notice.object();
-    let id = m.uid().unwrap_or_else(|| key_of(&**m));
+    let id = m.meta().uid.clone().unwrap_or_else(|| key_of(&**m));
     match notice {
         Notice::Applied(_) => known.insert(id),
         Notice::Deleted(_) => {
@@ -85,24 +83,26 @@ fn is_addition(known: &mut HashSet<String>, notice: &Notice<Machine>) -> bool {
 }
 
 /// One sweep over every namespace.
-async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
-    let mut written = Written::default();
+async fn sweep<F: Flavour>(f: &F) -> Result<(), Error> {
+    let mut written = WrittenBy::<F>::default();
     let mut failure = None;
     let now = Timestamp::now();
-    let sets = ctx.sets.state();
-    let deployments = ctx.deployments.state();
-    let machines = ctx.base.machines.state();
+    let sets: Vec<mcm::MachineSet> = f.sets().state().iter().map(|s| F::set_to_hub(s).into_owned()).collect();
+    let deployments: Vec<mcm::MachineDeployment> =
+        f.deployments().state().iter().map(|d| F::deployment_to_hub(d).into_owned()).collect();
+    let machines: Vec<mcm::Machine> = f.machines().state().iter().map(|m| f.machine_to_hub(m).into_owned()).collect();
     let namespaces: BTreeMap<String, ()> = sets
         .iter()
         .map(|s| (s.namespace().unwrap_or_default(), ()))
         .chain(deployments.iter().map(|d| (d.namespace().unwrap_or_default(), ())))
         .collect();
+    let options = f.set_options().freeze;
     for namespace in namespaces.keys() {
         let in_ns = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
-        let ns_sets: Vec<&MachineSet> = sets.iter().filter(|s| in_ns(s.namespace())).map(|s| &**s).collect();
-        let ns_deployments: Vec<&MachineDeployment> =
-            deployments.iter().filter(|d| in_ns(d.namespace())).map(|d| &**d).collect();
-        let ns_machines: Vec<&Machine> = machines.iter().filter(|m| in_ns(m.namespace())).map(|m| &**m).collect();
+        let ns_sets: Vec<&mcm::MachineSet> = sets.iter().filter(|s| in_ns(s.namespace())).collect();
+        let ns_deployments: Vec<&mcm::MachineDeployment> =
+            deployments.iter().filter(|d| in_ns(d.namespace())).collect();
+        let ns_machines: Vec<&mcm::Machine> = machines.iter().filter(|m| in_ns(m.namespace())).collect();
         let facts: Vec<SetFreezeFacts<'_>> = ns_sets
             .iter()
             .map(|s| SetFreezeFacts {
@@ -113,118 +113,76 @@ async fn sweep(ctx: &SetsContext) -> Result<(), Error> {
                 machine_count: count_machines(s, ns_machines.iter().copied()),
             })
             .collect();
-        for f in &facts {
-            let t = thresholds(f.set, f.parent, ctx.options.freeze);
-            tracing::debug!(machine_set = %key_of(f.set), count = f.machine_count, upper = t.upper, lower = t.lower, "overshoot check");
+        for fact in &facts {
+            let t = thresholds(fact.set, fact.parent, options);
+            tracing::debug!(machine_set = %key_of(fact.set), count = fact.machine_count, upper = t.upper, lower = t.lower, "overshoot check");
         }
-        for action in plan_freeze_sweep(&facts, &ns_deployments, ctx.options.freeze) {
-            if let Err(e) = apply(ctx, namespace, action, now, &mut written).await {
+        for action in plan_freeze_sweep(&facts, &ns_deployments, options) {
+            if let Err(e) = apply(f, namespace, action, now, &mut written).await {
                 failure.get_or_insert(e);
             }
         }
     }
     // The next sweep (often a few milliseconds later, on the next Machine) must see these writes, or it would
     // find a deployment it just froze unfrozen and freeze it again under another reason.
-    crate::controllers::replicas::settle(ctx, written, "overshoot sweep").await;
+    super::settle(f, written, "overshoot sweep").await;
     failure.map_or(Ok(()), Err)
 }
 
-async fn apply(
-    ctx: &SetsContext,
+async fn apply<F: Flavour>(
+    f: &F,
     namespace: &str,
     action: FreezeAction,
     now: Timestamp,
-    written: &mut Written,
+    written: &mut WrittenBy<F>,
 ) -> Result<(), Error> {
-    let sets: Api<MachineSet> = Api::namespaced(ctx.base.control.clone(), namespace);
-    let deployments: Api<MachineDeployment> = Api::namespaced(ctx.base.control.clone(), namespace);
-    let get_set = |name: &str| ctx.set(namespace, name);
-    let get_deployment =
-        |name: &str| ctx.deployments.get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace));
+    let sets: Api<F::Set> = Api::namespaced(f.control().clone(), namespace);
+    let deployments: Api<F::Deployment> = Api::namespaced(f.control().clone(), namespace);
+    let get_set = |name: &str| f.sets().get(&ObjectRef::new(name).within(namespace));
+    let get_deployment = |name: &str| f.deployments().get(&ObjectRef::new(name).within(namespace));
     match action {
         FreezeAction::FreezeMachineSet { set, message } => {
             let Some(s) = get_set(&set) else { return Ok(()) };
             tracing::info!(machine_set = %key_of(&*s), "freezing: {message}");
-            let before = s.clone();
+            let before = (*s).clone();
             let s = label(&sets, &s, true).await?;
-            let s = update_status(&sets, s, |s: &MachineSet| {
-                let old = set_conditions(s);
-                if old.iter().any(|c| c.type_ == MachineSetConditionType::Frozen && c.status == ConditionStatus::True) {
-                    return None;
-                }
-                let mut conditions = old;
-                conditions.retain(|c| c.type_ != MachineSetConditionType::Frozen);
-                conditions.push(frozen_set_condition(&message, now));
-                Some(json!({"machineSetCondition": conditions}))
-            })
-            .await?;
+            let frozen = frozen_set_condition(&message, now);
+            let s = update_status(&sets, s, |s: &F::Set| F::set_frozen_patch(s, Some(&frozen))).await?;
             written.set_changed(&before, &s);
             let note = format!("Froze MachineSet {set} due to replica overshooting: {message}");
-            publish_to(&ctx.safety_events, &s, EventSpec::normal(FROZE_MACHINE_SET, note)).await;
+            publish_to(f.freeze_events(), &s, EventSpec::normal(FROZE_MACHINE_SET, note)).await;
         }
         FreezeAction::UnfreezeMachineSet { set, reason } => {
             let Some(s) = get_set(&set) else { return Ok(()) };
             tracing::info!(machine_set = %key_of(&*s), reason, "unfreezing");
-            let before = s.clone();
+            let before = (*s).clone();
             let s = label(&sets, &s, false).await?;
-            let s = update_status(&sets, s, |s: &MachineSet| {
-                let old = set_conditions(s);
-                if !old.iter().any(|c| c.type_ == MachineSetConditionType::Frozen) {
-                    return None;
-                }
-                let kept: Vec<_> = old.into_iter().filter(|c| c.type_ != MachineSetConditionType::Frozen).collect();
-                Some(json!({"machineSetCondition": if kept.is_empty() { json!(null) } else { json!(kept) }}))
-            })
-            .await?;
+            let s = update_status(&sets, s, |s: &F::Set| F::set_frozen_patch(s, None)).await?;
             written.set_changed(&before, &s);
             let note = format!("Unfroze MachineSet {set} ({reason})");
-            publish_to(&ctx.safety_events, &s, EventSpec::normal(UNFROZE_MACHINE_SET, note)).await;
+            publish_to(f.freeze_events(), &s, EventSpec::normal(UNFROZE_MACHINE_SET, note)).await;
         }
         FreezeAction::FreezeMachineDeployment { deployment, reason, message } => {
             let Some(d) = get_deployment(&deployment) else { return Ok(()) };
             tracing::info!(machine_deployment = %key_of(&*d), reason, "freezing");
-            let before = d.clone();
+            let before = (*d).clone();
             let d = label(&deployments, &d, true).await?;
-            let d = update_status(&deployments, d, |d: &MachineDeployment| {
-                let old = deployment_conditions(d);
-                let mut conditions = old.clone();
-                let frozen = new_condition(
-                    MachineDeploymentConditionType::Frozen,
-                    ConditionStatus::True,
-                    reason,
-                    message.clone(),
-                    now,
-                );
-                set_condition(&mut conditions, frozen);
-                (conditions != old).then(|| json!({"conditions": conditions}))
-            })
-            .await?;
+            let frozen =
+                new_condition(MachineDeploymentConditionType::Frozen, ConditionStatus::True, reason, message, now);
+            let d = update_status(&deployments, d, |d: &F::Deployment| F::deployment_frozen_patch(d, Some(&frozen)))
+                .await?;
             written.deployment_changed(&before, &d);
         }
         FreezeAction::UnfreezeMachineDeployment { deployment, reason } => {
             let Some(d) = get_deployment(&deployment) else { return Ok(()) };
             tracing::info!(machine_deployment = %key_of(&*d), reason, "unfreezing");
-            let before = d.clone();
+            let before = (*d).clone();
             let d = label(&deployments, &d, false).await?;
-            let d = update_status(&deployments, d, |d: &MachineDeployment| {
-                let old = deployment_conditions(d);
-                let mut conditions = old.clone();
-                remove_condition(&mut conditions, MachineDeploymentConditionType::Frozen);
-                (conditions != old).then(|| json!({"conditions": conditions}))
-            })
-            .await?;
+            let d = update_status(&deployments, d, |d: &F::Deployment| F::deployment_frozen_patch(d, None)).await?;
             written.deployment_changed(&before, &d);
         }
     }
     Ok(())
-}
-
-fn set_conditions(s: &MachineSet) -> Vec<crate::api::mcm::MachineSetCondition> {
-    s.status.as_ref().and_then(|st| st.machine_set_condition.clone()).unwrap_or_default()
-}
-
-fn deployment_conditions(d: &MachineDeployment) -> Vec<MachineDeploymentCondition> {
-    d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default()
 }
 
 /// Sets (`frozen`) or removes the `freeze=True` label; unfreezing also removes the unfreeze annotation. Writes
@@ -276,8 +234,8 @@ where
 mod tests {
     use super::*;
 
-    fn notice(uid: &str, deleted: bool) -> Notice<Machine> {
-        let mut m = Machine::new("m", Default::default());
+    fn notice(uid: &str, deleted: bool) -> Notice<mcm::Machine> {
+        let mut m = mcm::Machine::new("m", Default::default());
         m.metadata.uid = Some(uid.into());
         if deleted { Notice::Deleted(Arc::new(m)) } else { Notice::Applied(Arc::new(m)) }
     }
