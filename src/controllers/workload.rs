@@ -93,6 +93,24 @@ pub(crate) enum Workload {
     Absent,
 }
 
+impl Workload {
+    /// The connection, when up.
+    pub(crate) fn nodes(&self) -> Option<&Arc<Connection>> {
+        match self {
+            Workload::Up(connection) => Some(connection),
+            Workload::Down(_) | Workload::Absent => None,
+        }
+    }
+
+    /// Why it cannot be read, when down.
+    pub(crate) fn down(&self) -> Option<&str> {
+        match self {
+            Workload::Down(why) => Some(why),
+            Workload::Up(_) | Workload::Absent => None,
+        }
+    }
+}
+
 /// One Cluster's entry.
 struct Entry {
     connection: Option<Arc<Connection>>,

@@ -34,7 +34,7 @@ use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
 use crate::controllers::sets::SetOptions;
-use crate::controllers::workload::{Connection, Workload};
+use crate::controllers::workload::Connection;
 use crate::controllers::writes::{guarded, patch_params};
 use crate::convert::machine_view::machine_to_hub;
 use crate::convert::{
@@ -100,10 +100,7 @@ impl Flavour for CapiContext {
         &self.deployments
     }
     async fn workload(&self, d: &MachineDeployment) -> Option<Arc<Connection>> {
-        match self.workloads.get(&d.namespace().unwrap_or_default(), &d.spec.cluster_name).await {
-            Workload::Up(connection) => Some(connection),
-            Workload::Down(_) | Workload::Absent => None,
-        }
+        self.workloads.get(&d.namespace().unwrap_or_default(), &d.spec.cluster_name).await.nodes().cloned()
     }
     fn set_events(&self) -> &Recorder {
         &self.set_events

@@ -18,12 +18,12 @@ use super::CapiContext;
 use crate::api::capi::{ContractVersionedObjectReference, Machine, MachineHealthCheck};
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::Error;
-use crate::controllers::workload::{RECHECK_DOWN, Workload};
+use crate::controllers::workload::RECHECK_DOWN;
 use crate::controllers::writes::{self, patch_params};
 use crate::lifecycle::capi_health_check::{
     ClusterFacts, HealthCheckObservation, Milestone, NodeLookup, Outcome, RemediationFailure, RemediationRequest,
-    RemediationRequestRef, Target, TemplateRef, plan_health_check, remediation_failure_condition,
-    remediation_request_object, selects,
+    RemediationRequestRef, Target, plan_health_check, remediation_failure_condition, remediation_request_object,
+    selects,
 };
 use crate::lifecycle::capi_machine::merge_conditions;
 use crate::lifecycle::status::EventSpec;
@@ -39,15 +39,12 @@ pub(super) async fn reconcile(mhc: Arc<MachineHealthCheck>, ctx: Arc<CapiContext
     };
     let machines: Vec<Arc<Machine>> = ctx.machines.state().into_iter().filter(|m| selects(&mhc, m)).collect();
     let workload = ctx.workloads.get(&namespace, cluster_name).await;
-    let connected = !matches!(workload, Workload::Down(_));
+    let connected = workload.down().is_none();
     let nodes: Vec<_> = machines
         .iter()
         .map(|m| {
-            let name = m.status.as_ref().and_then(|s| s.node_ref.as_ref()).map(|r| r.name.as_str());
-            match (&workload, name) {
-                (Workload::Up(c), Some(name)) => c.node(name),
-                _ => None,
-            }
+            let name = m.status.as_ref().and_then(|s| s.node_ref.as_ref())?.name.as_str();
+            workload.nodes()?.node(name)
         })
         .collect();
     let targets: Vec<Target<'_>> = machines
@@ -121,20 +118,17 @@ fn facts_of(cluster: &crate::api::capi::Cluster) -> ClusterFacts {
     facts
 }
 
-fn reference(request: &RemediationRequestRef) -> ContractVersionedObjectReference {
+/// A reference by `apiVersion` as one by group (the resource is found by discovery).
+fn by_group(api_version: &str, kind: &str, name: &str) -> ContractVersionedObjectReference {
     ContractVersionedObjectReference {
-        api_group: request.api_version.split_once('/').map_or("", |(group, _)| group).to_string(),
-        kind: request.kind.clone(),
-        name: request.name.clone(),
+        api_group: api_version.split_once('/').map_or("", |(group, _)| group).to_string(),
+        kind: kind.to_string(),
+        name: name.to_string(),
     }
 }
 
-fn template_reference(template: &TemplateRef) -> ContractVersionedObjectReference {
-    ContractVersionedObjectReference {
-        api_group: template.api_version.split_once('/').map_or("", |(group, _)| group).to_string(),
-        kind: template.kind.clone(),
-        name: template.name.clone(),
-    }
+fn reference(request: &RemediationRequestRef) -> ContractVersionedObjectReference {
+    by_group(&request.api_version, &request.kind, &request.name)
 }
 
 /// Clones the remediation template into a request for `machine`; the Machine's failure condition when it cannot.
@@ -144,7 +138,8 @@ async fn request_remediation(
     request: &RemediationRequest,
 ) -> Result<Option<Condition>, Error> {
     let now = Timestamp::now();
-    let template = template_reference(&request.template);
+    let t = &request.template;
+    let template = by_group(&t.api_version, &t.kind, &t.name);
     let Some(source) = ctx.kinds.get(&ctx.control, &template, &request.template_namespace).await? else {
         return Ok(Some(remediation_failure_condition(machine, request, RemediationFailure::TemplateNotFound, now)));
     };

@@ -20,7 +20,7 @@ use crate::api::capi::{Machine, MachineStatus};
 use crate::api::infra::MCMMachine;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_not_found};
-use crate::controllers::workload::{RECHECK_DOWN, Workload};
+use crate::controllers::workload::RECHECK_DOWN;
 use crate::controllers::writes;
 use crate::controllers::writes::patch_params as params;
 use crate::drain::{self, DrainError, DrainOptions};
@@ -73,16 +73,8 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
     let bootstrap = bootstrap(&ctx, &m, &api).await?;
     let provider_id = infra.as_ref().and_then(|i| i.spec.provider_id.clone()).or_else(|| m.spec.provider_id.clone());
     let workload = ctx.workloads.get(&m.namespace().unwrap_or_default(), &m.spec.cluster_name).await;
-    let node = match &workload {
-        Workload::Up(nodes) => {
-            provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| nodes.node_by_provider_id(p))
-        }
-        Workload::Down(_) | Workload::Absent => None,
-    };
-    let connection_down = match &workload {
-        Workload::Down(why) => Some(why.as_str()),
-        Workload::Up(_) | Workload::Absent => None,
-    };
+    let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| workload.nodes()?.node_by_provider_id(p));
+    let connection_down = workload.down();
     let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
     let creation_timeout = configuration.creation_timeout.map_or(ctx.config.creation_timeout, |d| d.as_std());
     let health_timeout = match configuration.disable_health_timeout {
@@ -241,11 +233,7 @@ async fn delete(m: &Machine, api: &Api<Machine>, ctx: &CapiContext) -> Result<Ac
     let key = key_of(m);
     let infra = ctx.infra_of(m);
     let workload = ctx.workloads.get(&m.namespace().unwrap_or_default(), &m.spec.cluster_name).await;
-    let (nodes, connection_down) = match &workload {
-        Workload::Up(nodes) => (Some(nodes), None),
-        Workload::Down(why) => (None, Some(why.as_str())),
-        Workload::Absent => (None, None),
-    };
+    let (nodes, connection_down) = (workload.nodes(), workload.down());
     let node: Option<Arc<Node>> = nodes.and_then(|nodes| {
         m.spec
             .provider_id

@@ -11,15 +11,10 @@ use mcm::api::capi::{Machine, MachineHealthCheck};
 use mcm::dev::DevOptions;
 use serde_json::json;
 
-use super::WAIT;
+use super::{WAIT, condition};
 use crate::support::{TempDir, wait_until};
 
 const NS: &str = "capi-sample";
-
-fn condition(m: &Machine, kind: &str) -> Option<(String, String)> {
-    let c = m.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)?;
-    Some((c.status.clone(), c.reason.clone()))
-}
 
 fn running(m: &Machine) -> bool {
     m.metadata.deletion_timestamp.is_none()

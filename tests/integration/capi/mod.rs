@@ -177,6 +177,12 @@ pub async fn patch_deployment(capi: &Capi, name: &str, patch: Value) {
     capi.deployments.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
 }
 
+/// Status and reason of a Machine's condition `kind`.
+pub fn condition(m: &Machine, kind: &str) -> Option<(String, String)> {
+    let c = m.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
 fn running(m: &Machine) -> bool {
     m.metadata.deletion_timestamp.is_none() && m.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
 }

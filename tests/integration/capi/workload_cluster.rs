@@ -12,15 +12,10 @@ use mcm::controllers::CapiNodes;
 use mcm::dev::DevOptions;
 use serde_json::json;
 
-use super::WAIT;
+use super::{WAIT, condition};
 use crate::support::{TempDir, wait_until};
 
 const NS: &str = "capi-sample";
-
-fn condition(m: &Machine, kind: &str) -> Option<(String, String)> {
-    let c = m.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == kind)?;
-    Some((c.status.clone(), c.reason.clone()))
-}
 
 fn node_of(m: &Machine) -> Option<String> {
     Some(m.status.as_ref()?.node_ref.as_ref()?.name.clone())
