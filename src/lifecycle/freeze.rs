@@ -253,6 +253,27 @@ pub fn plan_freeze_sweep(
     actions
 }
 
+/// A condition list with `frozen` in place of its `Frozen` condition (`None`: without one), for either flavour's
+/// condition type; `None` when that changes nothing: no `Frozen` to remove, or a current one `unchanged` by the new.
+pub fn replace_frozen<C: Clone>(
+    old: &[C],
+    frozen: Option<C>,
+    is_frozen: impl Fn(&C) -> bool,
+    unchanged: impl Fn(&C, &C) -> bool,
+) -> Option<Vec<C>> {
+    let current = old.iter().find(|c| is_frozen(c));
+    let mut kept: Vec<C> = old.iter().filter(|c| !is_frozen(c)).cloned().collect();
+    match (current, frozen) {
+        (Some(current), Some(new)) if unchanged(current, &new) => None,
+        (_, Some(new)) => {
+            kept.push(new);
+            Some(kept)
+        }
+        (None, None) => None,
+        (Some(_), None) => Some(kept),
+    }
+}
+
 /// The `Frozen` condition a freeze writes on a MachineSet.
 pub fn frozen_set_condition(message: &str, now: Timestamp) -> MachineSetCondition {
     MachineSetCondition {

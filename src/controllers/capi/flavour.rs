@@ -441,20 +441,16 @@ fn frozen_condition(
 }
 
 /// The status patch putting `frozen` in place of the `Frozen` condition among `old` (`None`: removing it); `None`
-/// when that changes nothing (an existing True one is kept as it is).
+/// when that changes nothing (a current one of the same status and reason is kept as it is).
 fn frozen_conditions_patch(
     old: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     frozen: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
 ) -> Option<Value> {
-    let current = old.iter().find(|c| c.type_ == "Frozen");
-    let mut kept: Vec<_> = old.iter().filter(|c| c.type_ != "Frozen").cloned().collect();
-    match frozen {
-        Some(f) if current.is_some_and(|c| c.status == f.status && c.reason == f.reason) => None,
-        Some(f) => {
-            kept.push(f);
-            Some(json!({"conditions": kept}))
-        }
-        None if current.is_none() => None,
-        None => Some(json!({"conditions": kept})),
-    }
+    let kept = crate::lifecycle::freeze::replace_frozen(
+        old,
+        frozen,
+        |c| c.type_ == "Frozen",
+        |current, new| current.status == new.status && current.reason == new.reason,
+    )?;
+    Some(json!({"conditions": kept}))
 }

@@ -30,6 +30,7 @@ use crate::controllers::workload::Connection;
 use crate::controllers::writes::{MANAGER, patch_params};
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::claim::controller_ref;
+use crate::lifecycle::freeze::replace_frozen;
 use crate::lifecycle::machine_deployment::plan::{DeploymentOptions, create_failed};
 use crate::lifecycle::machine_deployment::status::status_update_required;
 use crate::lifecycle::machine_deployment::status::{remove_condition, set_condition};
@@ -120,17 +121,14 @@ impl Flavour for SetsContext {
     }
     fn set_frozen_patch(set: &MachineSet, frozen: Option<&MachineSetCondition>) -> Option<Value> {
         let old = set.status.as_ref().and_then(|s| s.machine_set_condition.clone()).unwrap_or_default();
-        let is_frozen = |c: &MachineSetCondition| c.type_ == MachineSetConditionType::Frozen;
-        let mut kept: Vec<MachineSetCondition> = old.iter().filter(|c| !is_frozen(c)).cloned().collect();
-        match frozen {
-            Some(_) if old.iter().any(|c| is_frozen(c) && c.status == ConditionStatus::True) => None,
-            Some(frozen) => {
-                kept.push(frozen.clone());
-                Some(json!({"machineSetCondition": kept}))
-            }
-            None if kept.len() == old.len() => None,
-            None => Some(json!({"machineSetCondition": if kept.is_empty() { json!(null) } else { json!(kept) }})),
-        }
+        // A set frozen already stays as it is.
+        let kept = replace_frozen(
+            &old,
+            frozen.cloned(),
+            |c| c.type_ == MachineSetConditionType::Frozen,
+            |current, _| current.status == ConditionStatus::True,
+        )?;
+        Some(json!({"machineSetCondition": if kept.is_empty() { json!(null) } else { json!(kept) }}))
     }
     fn deployment_frozen_patch(d: &MachineDeployment, frozen: Option<&MachineDeploymentCondition>) -> Option<Value> {
         let old = d.status.as_ref().and_then(|s| s.conditions.clone()).unwrap_or_default();

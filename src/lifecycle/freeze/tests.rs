@@ -235,3 +235,28 @@ fn sweep_table() {
         assert_eq!(plan_freeze_sweep(&facts, &refs, FreezeOptions::default()), expected, "{name}");
     }
 }
+
+#[test]
+fn replace_frozen_table() {
+    // Conditions as (type, status).
+    type C = (String, String);
+    type Row<'a> = (&'a str, Vec<C>, Option<C>, Option<Vec<C>>);
+    let c = |t: &str, s: &str| (t.to_string(), s.to_string());
+    let is_frozen = |x: &C| x.0 == "Frozen";
+    let same_status = |a: &C, b: &C| a.1 == b.1;
+    let cases: Vec<Row<'_>> = vec![
+        ("freeze", vec![c("A", "True")], Some(c("Frozen", "True")), Some(vec![c("A", "True"), c("Frozen", "True")])),
+        ("frozen already", vec![c("Frozen", "True")], Some(c("Frozen", "True")), None),
+        (
+            "replaced",
+            vec![c("Frozen", "False"), c("A", "True")],
+            Some(c("Frozen", "True")),
+            Some(vec![c("A", "True"), c("Frozen", "True")]),
+        ),
+        ("unfreeze", vec![c("Frozen", "True"), c("A", "True")], None, Some(vec![c("A", "True")])),
+        ("nothing to unfreeze", vec![c("A", "True")], None, None),
+    ];
+    for (name, old, frozen, want) in cases {
+        assert_eq!(replace_frozen(&old, frozen, is_frozen, same_status), want, "{name}");
+    }
+}
