@@ -1,8 +1,13 @@
-//! Records the git commit the binary is built from, for `mcm version`.
+//! Records the git commit the binary is built from, for `mcm version`, and compiles the out-of-tree driver
+//! protocol (proto/mcm/driver/v1/driver.proto) into its gRPC client and server.
 
 use std::process::Command;
 
 fn main() {
+    if let Err(e) = driver_protocol() {
+        println!("cargo:warning=proto/mcm/driver/v1/driver.proto: {e}");
+        std::process::exit(1);
+    }
     let commit = std::env::var("MCM_GIT_COMMIT").ok().filter(|c| !c.is_empty()).or_else(|| {
         let out = Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).output().ok()?;
         out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
@@ -25,4 +30,17 @@ fn main() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
+}
+
+/// The driver protocol's messages, client and server. The requests carrying secret data get their own `Debug`
+/// (src/providers/grpc/wire.rs), which never prints it.
+fn driver_protocol() -> Result<(), Box<dyn std::error::Error>> {
+    let proto = "proto/mcm/driver/v1/driver.proto";
+    println!("cargo:rerun-if-changed={proto}");
+    let descriptors = protox::compile([proto], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_transport(false)
+        .skip_debug([".mcm.driver.v1.MachineRequest", ".mcm.driver.v1.ListMachinesRequest"])
+        .compile_fds(descriptors)?;
+    Ok(())
 }

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 use crate::api;
 
+mod driver;
 mod flags;
 mod mcm_flags;
 mod migrate;
@@ -49,6 +50,9 @@ enum Command {
     /// Move MCM MachineDeployments to Cluster API objects and back, keeping every VM (docs/migration.md).
     #[command(subcommand)]
     Migrate(migrate::MigrateCommand),
+    /// Out-of-tree drivers: serve one of this binary's drivers over the driver protocol (docs/adding-a-provider.md).
+    #[command(subcommand)]
+    Driver(driver::DriverCommand),
     /// Print the version, git commit and supported Cluster API contract.
     Version,
 }
@@ -157,6 +161,9 @@ pub enum CliError {
     /// `mcm migrate` failed or was refused.
     #[error(transparent)]
     Migrate(#[from] migrate::MigrateCommandError),
+    /// `mcm driver` failed.
+    #[error(transparent)]
+    Driver(#[from] driver::DriverCommandError),
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -266,6 +273,13 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let mut out = std::io::stdout();
             runtime.block_on(migrate::run(command, &mut out))?;
+            Ok(())
+        }
+        Command::Driver(command) => {
+            init_logging()?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            runtime.block_on(driver::run(command, ctrl_c(), |line| println!("mcm driver: {line}")))?;
             Ok(())
         }
         Command::Version => {

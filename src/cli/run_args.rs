@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// Use the in-memory cloud that `mcm dev` serves at this URL for `InMemory` machine classes.
     #[arg(long, value_name = "URL")]
     pub inmemory_cloud_url: Option<String>,
+    /// Send the calls for classes whose `provider` is PROVIDER to the out-of-tree driver at ENDPOINT
+    /// (unix:///path or http://127.0.0.1:PORT); repeatable, and it wins over an in-tree driver of that name.
+    #[arg(long = "driver", value_name = "PROVIDER=ENDPOINT", value_delimiter = ',')]
+    pub drivers: Vec<crate::providers::grpc::DriverRoute>,
     #[command(flatten)]
     controller_flags: MachineControllerFlags,
     #[command(flatten)]
@@ -118,6 +122,16 @@ pub enum RunArgsError {
     /// An MCM flag's value MCM refuses too.
     #[error(transparent)]
     LockType(#[from] LockTypeError),
+    /// Two `--driver` routes for one provider.
+    #[error("--driver: provider {provider:?} is routed twice ({first} and {second})")]
+    DriverRoutedTwice {
+        /// The provider.
+        provider: String,
+        /// One endpoint.
+        first: String,
+        /// The other.
+        second: String,
+    },
     /// The leader election timings.
     #[error("--leader-elect-renew-deadline ({renew}) must be shorter than --leader-elect-lease-duration ({lease})")]
     Lease {
@@ -126,6 +140,22 @@ pub enum RunArgsError {
         /// The lease duration.
         lease: String,
     },
+}
+
+/// The `--driver` routes, refusing a provider routed to two endpoints (which one would win is not obvious).
+fn driver_routes(
+    routes: &[crate::providers::grpc::DriverRoute],
+) -> Result<Vec<crate::providers::grpc::DriverRoute>, RunArgsError> {
+    for (i, route) in routes.iter().enumerate() {
+        if let Some(other) = routes[..i].iter().find(|r| r.provider == route.provider && r.endpoint != route.endpoint) {
+            return Err(RunArgsError::DriverRoutedTwice {
+                provider: route.provider.clone(),
+                first: other.endpoint.to_string(),
+                second: route.endpoint.to_string(),
+            });
+        }
+    }
+    Ok(routes.to_vec())
 }
 
 fn address(flag: &'static str, value: &str) -> Result<Option<SocketAddr>, RunArgsError> {
@@ -206,6 +236,7 @@ impl RunArgs {
             webhook_addr: (self.webhook_port != 0).then(|| SocketAddr::from(([0, 0, 0, 0], self.webhook_port))),
             webhook_cert_dir: self.webhook_cert_dir.clone(),
             inmemory_cloud_url: self.inmemory_cloud_url.clone(),
+            drivers: driver_routes(&self.drivers)?,
             controllers,
             infrastructure,
         })

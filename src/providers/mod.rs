@@ -16,6 +16,7 @@ pub mod contract;
 mod fields;
 #[cfg(feature = "gcp")]
 pub mod gcp;
+pub mod grpc;
 pub mod inmemory;
 pub mod limit;
 #[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]

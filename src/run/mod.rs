@@ -24,6 +24,7 @@ use crate::controllers::{
 };
 use crate::metrics::{self, Metrics};
 use crate::providers::DriverRegistry;
+use crate::providers::grpc::GrpcDriver;
 use crate::telemetry::leader::{self, LeaderConfig, Leadership};
 use crate::telemetry::{self, Health, RateLimit, RateLimitLayer};
 
@@ -70,6 +71,9 @@ pub struct RunOptions {
     pub webhook_cert_dir: PathBuf,
     /// The served in-memory cloud to use for `InMemory` classes (see `mcm dev`), if any.
     pub inmemory_cloud_url: Option<String>,
+    /// Providers served by out-of-tree drivers (`--driver PROVIDER=ENDPOINT`), each replacing an in-tree driver
+    /// of that name.
+    pub drivers: Vec<crate::providers::grpc::DriverRoute>,
     /// Driver calls per second per provider (0: no limit) and their burst.
     pub cloud_rate_limit: RateLimit,
     /// The controllers' settings (namespace and disabled controllers included).
@@ -224,6 +228,10 @@ fn drivers(options: &RunOptions, metrics: &Metrics) -> DriverRegistry {
     if let Some(url) = &options.inmemory_cloud_url {
         drivers.register(Arc::new(crate::providers::inmemory::remote::RemoteDriver::new(url)));
     }
+    // After the in-tree drivers: a route replaces the driver of its provider.
+    for route in &options.drivers {
+        drivers.register(Arc::new(GrpcDriver::new(&route.provider, route.endpoint.clone())));
+    }
     // Metered inside the limit: latencies are the cloud's, not the wait for a token.
     let metered = metrics::metered(&drivers, &metrics.cloud);
     let limit = options.cloud_rate_limit;
@@ -289,6 +297,9 @@ pub async fn run(
         (watch::channel(true).1, Vec::new())
     };
     let drivers = drivers(&options, &metrics);
+    for route in &options.drivers {
+        progress(&format!("provider {} is served by the out-of-tree driver at {}", route.provider, route.endpoint));
+    }
 
     let (stop_election, election_stopped) = watch::channel(false);
     let (leadership_tx, mut leadership) = watch::channel(Leadership::Unknown);
@@ -386,6 +397,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use crate::providers::ListMachinesRequest;
+    use std::collections::BTreeMap;
 
     #[test]
     fn capi_mode_reads_each_clusters_secret_unless_a_target_is_named() {
@@ -406,6 +418,7 @@ mod tests {
             webhook_cert_dir: PathBuf::new(),
             // Nothing listens on port 1: each call fails at once, after taking its token.
             inmemory_cloud_url: Some("http://127.0.0.1:1".to_string()),
+            drivers: Vec::new(),
             cloud_rate_limit,
             controllers: ControllerOptions::default(),
             infrastructure: None,
@@ -445,5 +458,29 @@ mod tests {
             assert!(call.expect("no limit: no wait").is_err());
         }
         assert_eq!(list_calls(&metrics), 3);
+    }
+
+    #[tokio::test]
+    async fn a_driver_route_replaces_the_in_tree_driver_inside_the_limit_and_the_meter() {
+        use crate::providers::grpc::{DriverEndpoint, DriverRoute, DriverServe};
+        let cloud = crate::providers::inmemory::InMemoryCloud::new();
+        let served = Arc::new(crate::providers::inmemory::InMemoryDriver::new(cloud.clone()));
+        let server = DriverServe::start(served, &DriverEndpoint::Tcp(([127, 0, 0, 1], 0).into())).await.unwrap();
+        let list = ListMachinesRequest {
+            class: crate::providers::inmemory::class("c", "dev", serde_json::json!({})),
+            ..Default::default()
+        };
+        let mut routed = options(RateLimit { qps: 0.001, burst: 1 });
+        routed.drivers = vec![DriverRoute { provider: "InMemory".into(), endpoint: server.endpoint.clone() }];
+        let metrics = Metrics::new();
+        let registry = drivers(&routed, &metrics);
+        let driver = registry.get("InMemory").unwrap();
+        // The remote cloud URL (port 1) would fail: the route's server answered.
+        assert_eq!(driver.list_machines(&list).await.unwrap(), BTreeMap::new());
+        assert_eq!(cloud.stats().lists, 1);
+        let second = tokio::time::timeout(Duration::from_millis(200), driver.list_machines(&list)).await;
+        assert!(second.is_err(), "the routed driver waits for a token like an in-tree one");
+        assert_eq!(list_calls(&metrics), 1);
+        server.stop().await.unwrap();
     }
 }
