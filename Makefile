@@ -10,7 +10,7 @@ PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.clus
 	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates
 
 .PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
-	protobuf-descriptors
+	protobuf-descriptors proto-go adapters test-adapters mcm-peer
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
@@ -18,7 +18,7 @@ dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .
 build: ## Build the mcm binary (target/debug/mcm)
 	$(CARGO) build
 
-test: upstream-tools ## Run every test: unit, integration and doc tests (with upstream clusterctl and CAPI core)
+test: upstream-tools adapters test-adapters ## Run every test: unit, integration and doc tests (with upstream clusterctl, CAPI core and the Go adapters)
 	$(CARGO) test
 
 # The areas `make test-kube` runs against the real kube-apiserver (docs/testing.md says why these).
@@ -32,6 +32,23 @@ upstream-tools: ## Build clusterctl, CAPI core's manager, kube-apiserver, kube-c
 
 protobuf-descriptors: ## Regenerate third_party/kubernetes-protobuf/ after a Kubernetes bump (needs go and protoc)
 	hack/kube-protobuf-descriptors.sh
+
+# The Go adapters of the driver protocol (adapters/mcm-go) and MCM as a benchmark peer (hack/mcm-peer), built with
+# Go caches under target/adapters/go, as hack/upstream-tools.sh does for its tools.
+ADAPTERS_GO := GOMODCACHE=$(CURDIR)/target/adapters/go/mod GOCACHE=$(CURDIR)/target/adapters/go/build \
+	GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 go
+
+adapters: ## Build the Go driver relay (target/adapters/bin/mcm-driver-relay: MCM's Go types between two protocol ends)
+	cd adapters/mcm-go && $(ADAPTERS_GO) build -trimpath -o $(CURDIR)/target/adapters/bin/mcm-driver-relay ./cmd/mcm-driver-relay
+
+test-adapters: ## Run the Go adapters' tests (adapters/mcm-go: MCM driver <-> driver protocol, every machine code)
+	cd adapters/mcm-go && $(ADAPTERS_GO) vet ./... && $(ADAPTERS_GO) test ./...
+
+mcm-peer: ## Build upstream MCM's controllers on the driver protocol, for benchmarks (target/adapters/bin/mcm-peer)
+	cd hack/mcm-peer && $(ADAPTERS_GO) build -trimpath -o $(CURDIR)/target/adapters/bin/mcm-peer .
+
+proto-go: ## Regenerate adapters/mcm-go/driverpb after editing proto/mcm/driver/v1/driver.proto (needs go and protoc)
+	hack/proto-go.sh
 
 crds: ## Regenerate crds/ from the API types, and config/crd/bases from crds/ (tests fail when either drifts)
 	$(CARGO) run --quiet --no-default-features -- crds --output-dir crds

@@ -4,11 +4,13 @@
 //! safety controller.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, Instance};
 use kube::Api;
 use mcm::api::mcm::Machine;
+use mcm::providers::grpc::{DriverEndpoint, DriverServe, GrpcDriver};
 use mcm::providers::{Driver, ListMachinesRequest, SecretData};
 use serde_json::json;
 
@@ -92,24 +94,57 @@ async fn machines_with_ids(env: &Env) -> Vec<(String, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
     let world = World::start().await;
+    let env = Env::start(super::controller_options()).await;
+    scale_up_down_and_collect_orphans(&env, &world).await;
+    env.shutdown().await;
+}
+
+/// The same scenario with the AWS driver out of tree: our controllers call `mcm-driver-relay` (MCM's Go types,
+/// adapters/mcm-go) over the driver protocol, which calls our AWS driver served by `DriverServe`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_on_aws_behaves_the_same_through_the_go_adapter() {
+    let test = "a_deployment_on_aws_behaves_the_same_through_the_go_adapter";
+    let Some(relay_bin) = super::grpc::relay_binary(test) else { return };
+    let world = World::start().await;
+    let dir = crate::support::TempDir::new("mcm-aws-grpc");
+    let counted = super::grpc::Counted::new(Arc::new(world.driver()));
+    let endpoint = DriverEndpoint::Unix(dir.0.join("aws.sock"));
+    let server = DriverServe::start(Arc::new(counted.clone()), &endpoint).await.unwrap();
+    let relay = super::grpc::Relay::start(&relay_bin, &server.endpoint).await;
+
+    let mut env = Env::start(super::controller_options()).await;
+    env.dev.stop_controllers().await;
+    env.dev.drivers.register(Arc::new(GrpcDriver::new("AWS", relay.endpoint.clone())));
+    env.dev.start_controllers();
+    scale_up_down_and_collect_orphans(&env, &world).await;
+    let calls = counted.calls();
+    // Every AWS call of the controllers went through the relay: three creates at least, two deletes, lists.
+    assert!(calls.create_machine >= 3 && calls.delete_machine >= 2 && calls.list_machines >= 1, "{calls:?}");
+    env.shutdown().await;
+    relay.stop().await;
+    server.stop().await.unwrap();
+}
+
+/// A MachineDeployment of 3 on moto, scaled to 1; instances of others left alone, MCM's region-form providerID
+/// kept, orphans collected.
+async fn scale_up_down_and_collect_orphans(env: &Env, world: &World) {
     // Instances the controllers must never list or touch: one without tags, one of another cluster (both keys).
     let untagged = world.launch(&[("Name", "pool-lookalike")]).await;
     let foreign = world
         .launch(&[("kubernetes.io/cluster/other", "1"), ("kubernetes.io/role/node", "1"), ("Name", "theirs")])
         .await;
 
-    let env = Env::start(super::controller_options()).await;
-    aws_class(&env, &world).await;
+    aws_class(env, world).await;
     env.create("pool.yaml", &deployment(3).to_string()).await;
 
     // Three machines, each backed by one instance tagged for the cluster, the role and the machine's name.
     let machines = wait_until("3 machines with providerIDs and 3 cluster instances", WAIT, || async {
-        let machines = machines_with_ids(&env).await;
-        let instances = live_cluster_instances(&world).await;
+        let machines = machines_with_ids(env).await;
+        let instances = live_cluster_instances(world).await;
         (machines.len() == 3 && instances.len() == 3).then_some(machines)
     })
     .await;
-    let instances = live_cluster_instances(&world).await;
+    let instances = live_cluster_instances(world).await;
     for (name, provider_id) in &machines {
         let instance = instances
             .iter()
@@ -127,8 +162,8 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
     // Scale to 1: two machines go, and exactly their two instances are terminated.
     env.kubectl.run(&["-n", NS, "scale", "mcd", "pool", "--replicas=1"]).await;
     let kept = wait_until("1 machine and 1 cluster instance left", WAIT, || async {
-        let machines = machines_with_ids(&env).await;
-        let instances = live_cluster_instances(&world).await;
+        let machines = machines_with_ids(env).await;
+        let instances = live_cluster_instances(world).await;
         (machines.len() == 1 && instances.len() == 1).then_some(machines)
     })
     .await;
@@ -206,5 +241,4 @@ async fn a_deployment_on_aws_scales_up_and_down_and_orphans_are_collected() {
         .unwrap();
     let listed: BTreeSet<&str> = listed.keys().map(|id| id.rsplit('/').next().unwrap_or_default()).collect();
     assert_eq!(listed, BTreeSet::from([survivor.as_str(), legacy.as_str()]), "only the machines' instances are listed");
-    env.shutdown().await;
 }

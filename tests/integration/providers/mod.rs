@@ -12,6 +12,7 @@ mod gcp;
 mod gcp_fake;
 #[cfg(feature = "gcp")]
 mod gcp_machines;
+mod grpc;
 mod inmemory;
 
 /// The sets tests' controller options, with the safety controller looking for orphan VMs every second: cloud
