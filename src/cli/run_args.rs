@@ -417,4 +417,19 @@ mod tests {
         // time.ParseDuration wants a unit), and so do we.
         assert!(Cli::try_parse_from(["mcm", "--machine-safety-overshooting-period=1"]).is_err());
     }
+
+    fn routes_of(args: &[&str]) -> Result<Vec<String>, RunArgsError> {
+        Ok(options(args)?.drivers.iter().map(|r| format!("{}={}", r.provider, r.endpoint)).collect())
+    }
+
+    #[test]
+    fn driver_routes_repeat_and_a_provider_routed_twice_is_refused() {
+        assert_eq!(
+            routes_of(&["--driver", "A=unix:///a.sock", "--driver", "B=unix:///b.sock"]).unwrap(),
+            ["A=unix:///a.sock", "B=unix:///b.sock"]
+        );
+        assert_eq!(routes_of(&["--driver=A=unix:///a.sock,B=127.0.0.1:9"]).unwrap().len(), 2);
+        let err = routes_of(&["--driver", "A=unix:///a.sock", "--driver", "A=unix:///b.sock"]).unwrap_err();
+        assert!(err.to_string().contains("routed twice"), "{err}");
+    }
 }
