@@ -3,11 +3,14 @@
 //! `mcm bench apiserver` drives the embedded API server through kube-rs, as controllers do: create throughput,
 //! list latency at N objects, watch fan-out latency with W watchers, and resident memory per N objects.
 //! `mcm bench machines` ([`machines`]) runs every controller: MachineDeployments up to N Running machines and a
-//! rolling update of all of them.
+//! rolling update of all of them; with `--peer` ([`peer`]) the same scenario with upstream MCM's controllers and
+//! then ours, each in its own processes, side by side.
 
 mod machines;
+mod peer;
 
 pub use machines::{MachinesBench, machines};
+pub use peer::{PeerBench, side_by_side};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,6 +4,8 @@
 //	mcm-peer controller-manager <MCM's controller-manager flags>
 //	    MCM's machine-controller-manager (cmd/machine-controller-manager/app): the MachineDeployment and
 //	    MachineSet controllers and their safety controller.
+//	mcm-peer version
+//	    the MCM module version it was built from (`mcm bench machines --peer` labels its figures with it).
 //	mcm-peer machine-controller --driver-endpoint ENDPOINT <MCM's machine-controller flags>
 //	    MCM's provider machine controller (pkg/util/provider/app): Machines, Nodes, drain, orphan-VM safety,
 //	    with a driver that calls a driver-protocol server (adapters/mcm-go/remote), for example
@@ -17,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	mcmapp "github.com/gardener/machine-controller-manager/cmd/machine-controller-manager/app"
 	mcmoptions "github.com/gardener/machine-controller-manager/cmd/machine-controller-manager/app/options"
@@ -38,6 +41,8 @@ const usage = `usage:
   %[1]s machine-controller --driver-endpoint ENDPOINT [MCM machine-controller flags]
       upstream MCM's machine controller, with a driver-protocol server as its driver
       (ENDPOINT: unix:///path or 127.0.0.1:PORT)
+  %[1]s version
+      the MCM module version this program was built from
 '%[1]s SUBCOMMAND --help' lists a subcommand's flags.
 `
 
@@ -54,6 +59,9 @@ func main() {
 		err = controllerManager(prog+" "+sub, args)
 	case "machine-controller":
 		err = machineController(prog+" "+sub, args)
+	case "version":
+		fmt.Println(mcmVersion())
+		return
 	case "help", "-h", "--help":
 		fmt.Fprintf(os.Stdout, usage, prog)
 		return
@@ -111,4 +119,18 @@ func machineController(name string, args []string) error {
 		return fmt.Errorf("--driver-endpoint: %w", err)
 	}
 	return mcapp.Run(s, d)
+}
+
+// mcmVersion is the version of module github.com/gardener/machine-controller-manager linked into this program.
+func mcmVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, dep := range info.Deps {
+		if dep.Path == "github.com/gardener/machine-controller-manager" {
+			return dep.Version
+		}
+	}
+	return "unknown"
 }

@@ -437,8 +437,7 @@ impl Store {
             return Some(DeleteOutcome::Pending(current));
         }
         if !is_deleting(&obj) {
-            set_meta(&mut obj, "deletionTimestamp", json!(object::now()));
-            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
+            mark_as_deleting(&mut obj);
         }
         set_finalizers(&mut obj, &fins);
         if is_namespace {
@@ -516,8 +515,7 @@ impl Store {
             self.remove(gr, key);
         } else if !is_deleting(&current) {
             let mut obj = (*current).clone();
-            set_meta(&mut obj, "deletionTimestamp", json!(object::now()));
-            set_meta(&mut obj, "deletionGracePeriodSeconds", json!(0));
+            mark_as_deleting(&mut obj);
             self.replace(gr, key, obj);
         }
     }
@@ -644,6 +642,17 @@ impl Store {
     }
 }
 
+/// Marks an object that is not yet being deleted as deleting. Like kube-apiserver, this raises a set
+/// `generation`: controllers that skip updates without a new generation (MCM's machine controller does) must
+/// still see the deletion.
+fn mark_as_deleting(obj: &mut Value) {
+    if let Some(generation) = obj["metadata"]["generation"].as_i64().filter(|g| *g > 0) {
+        set_meta(obj, "generation", json!(generation + 1));
+    }
+    set_meta(obj, "deletionTimestamp", json!(object::now()));
+    set_meta(obj, "deletionGracePeriodSeconds", json!(0));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -759,6 +768,27 @@ mod tests {
         set_finalizers(&mut held, &[]);
         let (_, removed) = s.replace(&cm(), &key("held"), held);
         assert!(removed && !exists(&s, "held"));
+    }
+
+    #[test]
+    fn marking_an_object_deleted_raises_its_generation() {
+        let mut s = Store::new(100);
+        let mut o = obj("default", "held", "h1", &[]);
+        o["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        o["metadata"]["generation"] = json!(3);
+        s.insert(&cm(), o);
+        s.delete(&cm(), &key("held"), Propagation::Background);
+        let held = s.get(&cm(), &key("held")).unwrap();
+        assert_eq!(held["metadata"]["generation"], 4, "{held}");
+        // A second delete request changes nothing.
+        s.delete(&cm(), &key("held"), Propagation::Background);
+        assert_eq!(s.get(&cm(), &key("held")).unwrap()["metadata"]["generation"], 4);
+        // Objects without a generation (core kinds here) get none.
+        let mut plain = obj("default", "plain", "p1", &[]);
+        plain["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        s.insert(&cm(), plain);
+        s.delete(&cm(), &key("plain"), Propagation::Background);
+        assert!(s.get(&cm(), &key("plain")).unwrap()["metadata"].get("generation").is_none());
     }
 
     #[test]

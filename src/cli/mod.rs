@@ -86,6 +86,16 @@ enum BenchCommand {
         /// Give up on a phase after this long.
         #[arg(long, value_name = "DURATION", default_value = "10m")]
         timeout: crate::api::Duration,
+        /// Run the scenario first with upstream MCM's controllers (this mcm-peer program; `make mcm-peer` builds
+        /// target/adapters/bin/mcm-peer), then with ours in an `mcm run` process, and print both side by side.
+        #[arg(long, value_name = "PATH")]
+        peer: Option<PathBuf>,
+        /// With --peer: the client-side rate limit of every controller process (MCM's and ours default to 20).
+        #[arg(long, value_name = "QPS", default_value_t = 20.0, requires = "peer")]
+        kube_api_qps: f64,
+        /// With --peer: the client-side burst of every controller process (MCM's and ours default to 30).
+        #[arg(long, value_name = "N", default_value_t = 30, requires = "peer")]
+        kube_api_burst: u32,
     },
 }
 
@@ -167,6 +177,9 @@ pub enum CliError {
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
+    /// The path of this program is unknown (`mcm bench machines --peer` runs it as `mcm run`).
+    #[error("could not find this program's own path: {0}")]
+    CurrentExe(std::io::Error),
     /// Writing output failed.
     #[error("could not write {what}: {source}")]
     Write {
@@ -232,12 +245,27 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
         }
-        Command::Bench(BenchCommand::Machines { machines, deployments, surge_percent, timeout }) => {
+        Command::Bench(BenchCommand::Machines {
+            machines,
+            deployments,
+            surge_percent,
+            timeout,
+            peer,
+            kube_api_qps,
+            kube_api_burst,
+        }) => {
             init_logging()?;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let sizes = crate::bench::MachinesBench { machines, deployments, surge_percent, timeout: timeout.0 };
-            let report = runtime.block_on(crate::bench::machines(sizes))?;
+            let report = match peer {
+                Some(peer) => {
+                    let ours = std::env::current_exe().map_err(CliError::CurrentExe)?;
+                    let bench = crate::bench::PeerBench { sizes, peer, ours, kube_api_qps, kube_api_burst };
+                    runtime.block_on(crate::bench::side_by_side(bench, |line| eprintln!("mcm bench: {line}")))?
+                }
+                None => runtime.block_on(crate::bench::machines(sizes))?,
+            };
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
         }
