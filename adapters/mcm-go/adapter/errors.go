@@ -2,6 +2,7 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
 
+	"github.com/gardener/cluster-api-provider-mcm/adapters/mcm-go/driverpb"
 	"github.com/gardener/cluster-api-provider-mcm/adapters/mcm-go/internal/wire"
 )
 
@@ -42,8 +44,24 @@ func toGRPC(ctx context.Context, err error) error {
 	code, msg := machineCode(err)
 	// SetTrailer fails only outside a gRPC handler (a test calling the DriverServer directly).
 	_ = grpc.SetTrailer(ctx, metadata.Pairs(wire.TrailerKey, code.String()))
-	return grpcstatus.Error(grpccodes.Code(code), msg)
+	st := grpcstatus.New(grpccodes.Code(code), msg)
+	var answered errWithResponse
+	if errors.As(err, &answered) {
+		if detailed, derr := st.WithDetails(answered.response); derr == nil {
+			st = detailed
+		}
+	}
+	return st.Err()
 }
+
+// errWithResponse is a driver error that came with a response (MCM's GetMachineStatus answers Uninitialized
+// with the VM's providerID and node name): the response travels as the status's detail (driver.proto).
+type errWithResponse struct {
+	error
+	response *driverpb.GetMachineStatusResponse
+}
+
+func (e errWithResponse) Unwrap() error { return e.error }
 
 // call runs one driver call: a driver error becomes the protocol's status and a panic becomes Internal, so one
 // bad call does not take down the server (and every other machine's calls with it). Only the method and the

@@ -97,6 +97,10 @@ func (f *fakeDriver) DeleteMachine(_ context.Context, r *driver.DeleteMachineReq
 
 func (f *fakeDriver) GetMachineStatus(_ context.Context, r *driver.GetMachineStatusRequest) (*driver.GetMachineStatusResponse, error) {
 	if err := f.record(r); err != nil {
+		// As MCM's drivers answer Uninitialized: the error and the VM's identity together.
+		if st, _ := status.FromError(err); st.Code() == codes.Uninitialized {
+			return f.getStatus, err
+		}
 		return nil, err
 	}
 	return f.getStatus, nil
@@ -249,6 +253,31 @@ func TestEveryMachineCodeRoundTrips(t *testing.T) {
 				t.Errorf("%s: sent code %s message %q, got code %s message %q", method, code, msg, st.Code(), st.Message())
 			}
 		}
+	}
+}
+
+// Uninitialized comes with the VM's providerID and node name, which MCM's machine controller reads from the
+// response beside the error; remote returns both, as an in-process driver would.
+func TestUninitializedCarriesTheResponse(t *testing.T) {
+	f, d, _ := setup(t)
+	f.set(func(f *fakeDriver) {
+		f.err = status.Error(codes.Uninitialized, "awaits initialization")
+		f.getStatus = &driver.GetMachineStatusResponse{ProviderID: "aws:///eu-west-1a/i-1", NodeName: "ip-10-0-0-1"}
+	})
+	m := &v1alpha1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m", Namespace: "ns"}}
+	c := &v1alpha1.MachineClass{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	resp, err := d.GetMachineStatus(context.Background(), &driver.GetMachineStatusRequest{Machine: m, MachineClass: c, Secret: &corev1.Secret{}})
+	if st, _ := status.FromError(err); st.Code() != codes.Uninitialized || st.Message() != "awaits initialization" {
+		t.Fatalf("got error %v, want Uninitialized", err)
+	}
+	if resp == nil || resp.ProviderID != "aws:///eu-west-1a/i-1" || resp.NodeName != "ip-10-0-0-1" {
+		t.Errorf("response with Uninitialized = %+v, want the providerID and node name", resp)
+	}
+	// Other errors carry no response (the driver's is dropped: MCM reads it only with Uninitialized).
+	f.set(func(f *fakeDriver) { f.err = status.Error(codes.NotFound, "gone") })
+	resp, err = d.GetMachineStatus(context.Background(), &driver.GetMachineStatusRequest{Machine: m, MachineClass: c, Secret: &corev1.Secret{}})
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || resp == nil || resp.ProviderID != "" {
+		t.Errorf("NotFound: got %+v, %v", resp, err)
 	}
 }
 

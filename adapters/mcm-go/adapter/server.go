@@ -94,12 +94,15 @@ func (s *server) GetMachineStatus(ctx context.Context, req *driverpb.MachineRequ
 		}
 		r, err := s.d.GetMachineStatus(ctx, &driver.GetMachineStatusRequest{Machine: o.machine, MachineClass: o.class, Secret: o.secret})
 		if err != nil {
+			if r != nil && (r.ProviderID != "" || r.NodeName != "") {
+				return nil, errWithResponse{error: err, response: toStatusResponse(r)}
+			}
 			return nil, err
 		}
 		if r == nil {
 			return nil, nilResponse("GetMachineStatus")
 		}
-		return &driverpb.GetMachineStatusResponse{ProviderId: r.ProviderID, NodeName: r.NodeName, Addresses: toAddresses(r.Addresses)}, nil
+		return toStatusResponse(r), nil
 	})
 }
 
@@ -185,4 +188,8 @@ func serve(ctx context.Context, lis net.Listener, name string, d driver.Driver) 
 	<-done
 	log.Printf("mcm driver adapter: stopped serving on %s", name)
 	return nil
+}
+
+func toStatusResponse(r *driver.GetMachineStatusResponse) *driverpb.GetMachineStatusResponse {
+	return &driverpb.GetMachineStatusResponse{ProviderId: r.ProviderID, NodeName: r.NodeName, Addresses: toAddresses(r.Addresses)}
 }

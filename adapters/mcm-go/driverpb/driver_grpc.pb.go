@@ -53,7 +53,9 @@ type DriverClient interface {
 	// Deletes the VM and what belongs to it; an absent VM counts as deleted.
 	DeleteMachine(ctx context.Context, in *MachineRequest, opts ...grpc.CallOption) (*DeleteMachineResponse, error)
 	// The VM's state: NOT_FOUND without one, Uninitialized (17) while it awaits initialization, OUT_OF_RANGE when
-	// several VMs claim the machine.
+	// several VMs claim the machine. With Uninitialized a server may also send the VM's provider_id and node_name
+	// as a GetMachineStatusResponse in the status's details (grpc-status-details-bin), as MCM's drivers return both;
+	// MCM's machine controller reads them, a client that calls InitializeMachine next may ignore them.
 	GetMachineStatus(ctx context.Context, in *MachineRequest, opts ...grpc.CallOption) (*GetMachineStatusResponse, error)
 	// The VMs of the class's cluster and role.
 	ListMachines(ctx context.Context, in *ListMachinesRequest, opts ...grpc.CallOption) (*ListMachinesResponse, error)
@@ -140,7 +142,9 @@ type DriverServer interface {
 	// Deletes the VM and what belongs to it; an absent VM counts as deleted.
 	DeleteMachine(context.Context, *MachineRequest) (*DeleteMachineResponse, error)
 	// The VM's state: NOT_FOUND without one, Uninitialized (17) while it awaits initialization, OUT_OF_RANGE when
-	// several VMs claim the machine.
+	// several VMs claim the machine. With Uninitialized a server may also send the VM's provider_id and node_name
+	// as a GetMachineStatusResponse in the status's details (grpc-status-details-bin), as MCM's drivers return both;
+	// MCM's machine controller reads them, a client that calls InitializeMachine next may ignore them.
 	GetMachineStatus(context.Context, *MachineRequest) (*GetMachineStatusResponse, error)
 	// The VMs of the class's cluster and role.
 	ListMachines(context.Context, *ListMachinesRequest) (*ListMachinesResponse, error)

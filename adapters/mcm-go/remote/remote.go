@@ -115,12 +115,26 @@ func (c *Client) GetMachineStatus(ctx context.Context, req *driver.GetMachineSta
 	var trailer metadata.MD
 	r, err := c.client.GetMachineStatus(ctx, preq, grpc.Trailer(&trailer))
 	if err != nil {
-		// Not nil: on Uninitialized, MCM's machine controller reads the response's NodeName and ProviderID
-		// (in-process drivers return both), and would dereference a nil one. The protocol carries no
-		// response with an error, so they are empty here.
-		return &driver.GetMachineStatusResponse{}, fromGRPC(err, trailer)
+		// Never nil: on Uninitialized, MCM's machine controller reads the response's NodeName and ProviderID
+		// (in-process drivers return both) and would dereference a nil one. A server sends them as the
+		// status's detail (driver.proto); without one they are empty.
+		return fromStatusResponse(statusDetail(err)), fromGRPC(err, trailer)
 	}
-	return &driver.GetMachineStatusResponse{ProviderID: r.GetProviderId(), NodeName: r.GetNodeName(), Addresses: fromAddresses(r.GetAddresses())}, nil
+	return fromStatusResponse(r), nil
+}
+
+// statusDetail is the GetMachineStatusResponse an error status carries, if any.
+func statusDetail(err error) *driverpb.GetMachineStatusResponse {
+	for _, detail := range grpcstatus.Convert(err).Details() {
+		if r, ok := detail.(*driverpb.GetMachineStatusResponse); ok {
+			return r
+		}
+	}
+	return nil
+}
+
+func fromStatusResponse(r *driverpb.GetMachineStatusResponse) *driver.GetMachineStatusResponse {
+	return &driver.GetMachineStatusResponse{ProviderID: r.GetProviderId(), NodeName: r.GetNodeName(), Addresses: fromAddresses(r.GetAddresses())}
 }
 
 // ListMachines implements driver.Driver.

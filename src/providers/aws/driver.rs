@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 use super::credentials::{self, Credentials};
 use super::errors::Failure;
 use super::request;
-use super::spec::ProviderSpec;
+use super::spec::{self, ProviderSpec};
 use crate::providers::{
     ClassInfo, Code, CreateMachineResponse, DeleteMachineResponse, Driver, DriverError, GetVolumeIdsRequest,
     InitializeMachineResponse, ListMachinesRequest, MachineRequest, MachineStatusResponse, SecretData,
@@ -387,6 +387,7 @@ impl Ec2<'_> {
     ) -> Result<Result<Instance, Failure>, DriverError> {
         let spec = &self.spec;
         let user_data = credentials::user_data(&request.secret)?;
+        let annotated = spec::annotated_placement(request.machine.node_template.as_ref())?;
         let run = self
             .client
             .run_instances()
@@ -405,7 +406,7 @@ impl Ec2<'_> {
             .set_tag_specifications(Some(request::tag_specifications(spec, &request.machine.name)))
             .set_metadata_options(request::metadata_options(spec))
             .set_instance_market_options(request::market_options(spec))
-            .set_placement(request::placement(spec))
+            .set_placement(request::placement_of(spec, annotated.as_ref()))
             .set_capacity_reservation_specification(request::capacity_reservation(spec))
             .set_cpu_options(request::cpu_options(spec))
             .set_ebs_optimized(spec.ebs_optimized.then_some(true))

@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::{
 use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
 use sha2::{Digest, Sha256};
 
-use super::spec::{IamProfile, ProviderSpec};
+use super::spec::{AnnotatedPlacement, IamProfile, ProviderSpec};
 use crate::providers::{Code, DriverError};
 
 /// The tag holding the machine name on instances, volumes and network interfaces.
@@ -187,6 +187,25 @@ pub fn placement(spec: &ProviderSpec) -> Option<Placement> {
             .set_affinity(p.affinity.clone())
             .build(),
     )
+}
+
+/// The placement of a machine: the providerSpec's `placement`, else the node template's
+/// `machine.sapcloud.io/awsPlacement` annotation (as Gardener's AWS provider chooses).
+pub fn placement_of(spec: &ProviderSpec, annotated: Option<&AnnotatedPlacement>) -> Option<Placement> {
+    placement(spec).or_else(|| {
+        annotated.map(|a| {
+            Placement::builder()
+                .set_affinity(a.affinity.clone())
+                .set_availability_zone(a.availability_zone.clone())
+                .set_group_id(a.group_id.clone())
+                .set_group_name(a.group_name.clone())
+                .set_host_id(a.host_id.clone())
+                .set_host_resource_group_arn(a.host_resource_group_arn.clone())
+                .set_partition_number(a.partition_number)
+                .set_tenancy(a.tenancy.as_deref().map(Tenancy::from))
+                .build()
+        })
+    })
 }
 
 /// `capacityReservation`: a preference, or a target reservation (ID or resource group).
@@ -432,6 +451,17 @@ mod tests {
         assert_eq!(cpu_options(&f).unwrap().core_count(), Some(2));
         let m = spec(minimal());
         assert!(metadata_options(&m).is_none() && market_options(&m).is_none() && placement(&m).is_none());
+
+        // The node template's awsPlacement annotation stands in for a missing providerSpec placement only.
+        let annotated = AnnotatedPlacement {
+            availability_zone: Some("eu-west-1a".into()),
+            tenancy: Some("host".into()),
+            ..Default::default()
+        };
+        let p = placement_of(&m, Some(&annotated)).unwrap();
+        assert_eq!((p.availability_zone(), p.tenancy()), (Some("eu-west-1a"), Some(&Tenancy::Host)));
+        assert_eq!(placement_of(&f, Some(&annotated)).unwrap().host_id(), Some("h-1"), "the providerSpec wins");
+        assert!(placement_of(&m, None).is_none());
         assert!(capacity_reservation(&m).is_none() && cpu_options(&m).is_none());
 
         // The deprecated spotPrice: "" means no maximum.

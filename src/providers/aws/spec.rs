@@ -453,6 +453,53 @@ fn parse_placement(spec: &Obj<'_>) -> Result<Option<Placement>, DriverError> {
     Ok(Some(placement))
 }
 
+/// The node-template annotation Gardener's AWS provider reads a placement from when the providerSpec has none:
+/// a JSON object with EC2's `Placement` fields (`{"affinity": "host", "availabilityZone": "eu-west-1a",
+/// "tenancy": "host"}`).
+pub const PLACEMENT_ANNOTATION: &str = "machine.sapcloud.io/awsPlacement";
+
+/// The placement of [`PLACEMENT_ANNOTATION`]. Keys are EC2's field names in camelCase; an unknown key is refused
+/// (Gardener's decoder ignores it, and a misspelt `tenancy` would place the VM on shared hardware unnoticed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct AnnotatedPlacement {
+    /// `affinity`.
+    pub affinity: Option<String>,
+    /// `availabilityZone`.
+    pub availability_zone: Option<String>,
+    /// `groupId`.
+    pub group_id: Option<String>,
+    /// `groupName`.
+    pub group_name: Option<String>,
+    /// `hostId`.
+    pub host_id: Option<String>,
+    /// `hostResourceGroupArn`.
+    pub host_resource_group_arn: Option<String>,
+    /// `partitionNumber`.
+    pub partition_number: Option<i32>,
+    /// `tenancy`.
+    pub tenancy: Option<String>,
+}
+
+/// The placement a machine's node template asks for in [`PLACEMENT_ANNOTATION`]; absent, empty and `{}` are none.
+pub fn annotated_placement(
+    template: Option<&crate::api::mcm::NodeTemplateSpec>,
+) -> Result<Option<AnnotatedPlacement>, DriverError> {
+    let text = template
+        .and_then(|t| t.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(PLACEMENT_ANNOTATION))
+        .filter(|text| !text.trim().is_empty());
+    let Some(text) = text else { return Ok(None) };
+    let placement: AnnotatedPlacement = serde_json::from_str(text).map_err(|e| {
+        DriverError::new(
+            crate::providers::Code::InvalidArgument,
+            format!("node template annotation {PLACEMENT_ANNOTATION}: {e}"),
+        )
+    })?;
+    Ok(Some(placement).filter(|p| *p != AnnotatedPlacement::default()))
+}
+
 fn parse_capacity_reservation(spec: &Obj<'_>) -> Result<Option<CapacityReservation>, DriverError> {
     const KNOWN: &[&str] =
         &["capacityReservationPreference", "capacityReservationId", "capacityReservationResourceGroupArn"];
@@ -497,6 +544,43 @@ pub(crate) mod tests {
 
     use super::*;
     use crate::providers::Code;
+
+    fn template(annotation: Option<&str>) -> crate::api::mcm::NodeTemplateSpec {
+        let annotations = annotation.map(|a| json!({PLACEMENT_ANNOTATION: a})).unwrap_or(json!({}));
+        serde_json::from_value(json!({"metadata": {"annotations": annotations}})).unwrap()
+    }
+
+    #[test]
+    fn the_placement_annotation_is_read_strictly() {
+        let host = AnnotatedPlacement {
+            affinity: Some("host".into()),
+            availability_zone: Some("eu-west-1a".into()),
+            tenancy: Some("host".into()),
+            ..Default::default()
+        };
+        type Want = Result<Option<AnnotatedPlacement>, &'static str>;
+        let cases: &[(Option<&str>, Want)] = &[
+            (None, Ok(None)),
+            (Some(""), Ok(None)),
+            (Some("{}"), Ok(None)),
+            (Some(r#"{ "affinity": "host", "availabilityZone": "eu-west-1a", "tenancy": "host"}"#), Ok(Some(host))),
+            (Some(r#"{"tenancy": "host", "zone": "a"}"#), Err("unknown field `zone`")),
+            (Some("{not json"), Err("key must be a string")),
+            (Some(r#"{"partitionNumber": "1"}"#), Err("invalid type")),
+        ];
+        for (annotation, want) in cases {
+            let got = annotated_placement(Some(&template(*annotation)));
+            match (want, got) {
+                (Ok(want), Ok(got)) => assert_eq!(&got, want, "{annotation:?}"),
+                (Err(text), Err(e)) => {
+                    assert_eq!(e.code, Code::InvalidArgument);
+                    assert!(e.message.contains(PLACEMENT_ANNOTATION) && e.message.contains(text), "{}", e.message);
+                }
+                (want, got) => panic!("{annotation:?}: want {want:?}, got {got:?}"),
+            }
+        }
+        assert_eq!(annotated_placement(None).unwrap(), None);
+    }
 
     /// Gardener's sample MachineClass providerSpec (kubernetes/machine-class.yaml), every option filled in.
     pub(crate) fn full() -> Value {
