@@ -10,7 +10,7 @@ PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.clus
 	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates
 
 .PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
-	protobuf-descriptors proto-go adapters test-adapters mcm-peer
+	protobuf-descriptors proto-go adapters test-adapters mcm-peer bench-peer
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
@@ -67,6 +67,9 @@ fmt: ## Format the code
 bench: ## Measure the embedded API server and the controllers (release build; see docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench apiserver
 	$(CARGO) run --release --quiet --no-default-features -- bench machines
+
+bench-peer: mcm-peer ## The machines scenario with upstream MCM's controllers, then ours, side by side (docs/benchmarks.md)
+	$(CARGO) run --release --quiet -- bench machines --peer $(CURDIR)/target/adapters/bin/mcm-peer $(BENCH_ARGS)
 
 lint: ## Formatting and clippy (with every feature, and with none), warnings as errors
 	$(CARGO) fmt --check

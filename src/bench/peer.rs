@@ -385,7 +385,8 @@ fn report(bench: &PeerBench, label: &str, upstream: &SideFigures, ours: &SideFig
     };
     out.push_str(&format!(
         "API requests exclude the kubelet simulator's Node writes; peak memory is VmHWM per process: upstream {}, \
-         ours {}\nVMs created/deleted: upstream {}/{}, ours {}/{}\nbusiest requests, create: upstream {}; ours {}\n",
+         ours {}\nVMs created/deleted: upstream {}/{}, ours {}/{}\nbusiest requests, create: upstream {}; ours {}\n\
+         busiest requests, rolling update: upstream {}; ours {}\n",
         peaks(upstream),
         peaks(ours),
         upstream.vms_created,
@@ -394,6 +395,8 @@ fn report(bench: &PeerBench, label: &str, upstream: &SideFigures, ours: &SideFig
         ours.vms_deleted,
         busiest(&upstream.create),
         busiest(&ours.create),
+        busiest(&upstream.roll),
+        busiest(&ours.roll),
     ));
     out
 }
@@ -440,6 +443,7 @@ mod tests {
         assert!(requests.contains("40.0") && requests.contains("10.0"), "{requests}");
         let memory = text.lines().find(|l| l.starts_with("peak memory")).unwrap();
         assert!(memory.contains("200 MiB") && memory.contains("50 MiB") && memory.ends_with("0.25"), "{memory}");
+        assert!(text.contains("busiest requests, rolling update: upstream"), "{text}");
     }
 
     #[test]
