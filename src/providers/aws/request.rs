@@ -12,7 +12,7 @@ use aws_sdk_ec2::types::{
 use k8s_openapi::api::core::v1::{NodeAddress, PersistentVolumeSpec};
 use sha2::{Digest, Sha256};
 
-use super::spec::{AnnotatedPlacement, IamProfile, ProviderSpec};
+use super::spec::{self, IamProfile, ProviderSpec};
 use crate::providers::{Code, DriverError};
 
 /// The tag holding the machine name on instances, volumes and network interfaces.
@@ -177,35 +177,26 @@ pub fn market_options(spec: &ProviderSpec) -> Option<InstanceMarketOptionsReques
 
 /// `placement`.
 pub fn placement(spec: &ProviderSpec) -> Option<Placement> {
-    let p = spec.placement.as_ref()?;
-    Some(
-        Placement::builder()
-            .set_group_id(p.group_id.clone())
-            .set_tenancy(p.tenancy.as_deref().map(Tenancy::from))
-            .set_host_id(p.host_id.clone())
-            .set_partition_number(p.partition_number)
-            .set_affinity(p.affinity.clone())
-            .build(),
-    )
+    spec.placement.as_ref().map(ec2_placement)
 }
 
 /// The placement of a machine: the providerSpec's `placement`, else the node template's
 /// `machine.sapcloud.io/awsPlacement` annotation (as Gardener's AWS provider chooses).
-pub fn placement_of(spec: &ProviderSpec, annotated: Option<&AnnotatedPlacement>) -> Option<Placement> {
-    placement(spec).or_else(|| {
-        annotated.map(|a| {
-            Placement::builder()
-                .set_affinity(a.affinity.clone())
-                .set_availability_zone(a.availability_zone.clone())
-                .set_group_id(a.group_id.clone())
-                .set_group_name(a.group_name.clone())
-                .set_host_id(a.host_id.clone())
-                .set_host_resource_group_arn(a.host_resource_group_arn.clone())
-                .set_partition_number(a.partition_number)
-                .set_tenancy(a.tenancy.as_deref().map(Tenancy::from))
-                .build()
-        })
-    })
+pub fn placement_of(spec: &ProviderSpec, annotated: Option<&spec::Placement>) -> Option<Placement> {
+    placement(spec).or_else(|| annotated.map(ec2_placement))
+}
+
+fn ec2_placement(p: &spec::Placement) -> Placement {
+    Placement::builder()
+        .set_group_id(p.group_id.clone())
+        .set_tenancy(p.tenancy.as_deref().map(Tenancy::from))
+        .set_host_id(p.host_id.clone())
+        .set_partition_number(p.partition_number)
+        .set_affinity(p.affinity.clone())
+        .set_availability_zone(p.availability_zone.clone())
+        .set_group_name(p.group_name.clone())
+        .set_host_resource_group_arn(p.host_resource_group_arn.clone())
+        .build()
 }
 
 /// `capacityReservation`: a preference, or a target reservation (ID or resource group).
@@ -453,7 +444,7 @@ mod tests {
         assert!(metadata_options(&m).is_none() && market_options(&m).is_none() && placement(&m).is_none());
 
         // The node template's awsPlacement annotation stands in for a missing providerSpec placement only.
-        let annotated = AnnotatedPlacement {
+        let annotated = spec::Placement {
             availability_zone: Some("eu-west-1a".into()),
             tenancy: Some("host".into()),
             ..Default::default()

@@ -143,8 +143,11 @@ pub struct MetadataOptions {
     pub http_protocol_ipv6: Option<String>,
 }
 
-/// `placement`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `placement`, or the [`PLACEMENT_ANNOTATION`] of a machine's node template (whose keys are EC2's field names in
+/// camelCase; an unknown key is refused: Gardener's decoder ignores it, and a misspelt `tenancy` would place the
+/// VM on shared hardware unnoticed).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Placement {
     /// `groupId`.
     pub group_id: Option<String>,
@@ -156,6 +159,12 @@ pub struct Placement {
     pub partition_number: Option<i32>,
     /// `affinity`: `default` or `host`.
     pub affinity: Option<String>,
+    /// `availabilityZone` (the annotation only).
+    pub availability_zone: Option<String>,
+    /// `groupName` (the annotation only).
+    pub group_name: Option<String>,
+    /// `hostResourceGroupArn` (the annotation only).
+    pub host_resource_group_arn: Option<String>,
 }
 
 /// `capacityReservation`: a preference, or one target (ID or resource group ARN).
@@ -446,6 +455,7 @@ fn parse_placement(spec: &Obj<'_>) -> Result<Option<Placement>, DriverError> {
         host_id: o.string("hostId")?,
         partition_number: o.int("partitionNumber", 1, i32::MAX)?,
         affinity: o.one_of("affinity", &["default", "host"])?,
+        ..Placement::default()
     };
     if placement.host_id.is_some() && placement.tenancy.as_deref() != Some("host") {
         return Err(o.invalid("hostId", "can only be set with tenancy \"host\""));
@@ -458,46 +468,23 @@ fn parse_placement(spec: &Obj<'_>) -> Result<Option<Placement>, DriverError> {
 /// "tenancy": "host"}`).
 pub const PLACEMENT_ANNOTATION: &str = "machine.sapcloud.io/awsPlacement";
 
-/// The placement of [`PLACEMENT_ANNOTATION`]. Keys are EC2's field names in camelCase; an unknown key is refused
-/// (Gardener's decoder ignores it, and a misspelt `tenancy` would place the VM on shared hardware unnoticed).
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct AnnotatedPlacement {
-    /// `affinity`.
-    pub affinity: Option<String>,
-    /// `availabilityZone`.
-    pub availability_zone: Option<String>,
-    /// `groupId`.
-    pub group_id: Option<String>,
-    /// `groupName`.
-    pub group_name: Option<String>,
-    /// `hostId`.
-    pub host_id: Option<String>,
-    /// `hostResourceGroupArn`.
-    pub host_resource_group_arn: Option<String>,
-    /// `partitionNumber`.
-    pub partition_number: Option<i32>,
-    /// `tenancy`.
-    pub tenancy: Option<String>,
-}
-
 /// The placement a machine's node template asks for in [`PLACEMENT_ANNOTATION`]; absent, empty and `{}` are none.
 pub fn annotated_placement(
     template: Option<&crate::api::mcm::NodeTemplateSpec>,
-) -> Result<Option<AnnotatedPlacement>, DriverError> {
+) -> Result<Option<Placement>, DriverError> {
     let text = template
         .and_then(|t| t.metadata.as_ref())
         .and_then(|m| m.annotations.as_ref())
         .and_then(|a| a.get(PLACEMENT_ANNOTATION))
         .filter(|text| !text.trim().is_empty());
     let Some(text) = text else { return Ok(None) };
-    let placement: AnnotatedPlacement = serde_json::from_str(text).map_err(|e| {
+    let placement: Placement = serde_json::from_str(text).map_err(|e| {
         DriverError::new(
             crate::providers::Code::InvalidArgument,
             format!("node template annotation {PLACEMENT_ANNOTATION}: {e}"),
         )
     })?;
-    Ok(Some(placement).filter(|p| *p != AnnotatedPlacement::default()))
+    Ok(Some(placement).filter(|p| *p != Placement::default()))
 }
 
 fn parse_capacity_reservation(spec: &Obj<'_>) -> Result<Option<CapacityReservation>, DriverError> {
@@ -552,13 +539,13 @@ pub(crate) mod tests {
 
     #[test]
     fn the_placement_annotation_is_read_strictly() {
-        let host = AnnotatedPlacement {
+        let host = Placement {
             affinity: Some("host".into()),
             availability_zone: Some("eu-west-1a".into()),
             tenancy: Some("host".into()),
             ..Default::default()
         };
-        type Want = Result<Option<AnnotatedPlacement>, &'static str>;
+        type Want = Result<Option<Placement>, &'static str>;
         let cases: &[(Option<&str>, Want)] = &[
             (None, Ok(None)),
             (Some(""), Ok(None)),
