@@ -185,6 +185,8 @@ pub(crate) struct Context {
     pub freeze: Arc<FreezeFlag>,
     /// Reconcile and drain metrics.
     pub metrics: super::ReconcileMetrics,
+    /// Versions our own writes replaced, so a pass does not act twice on a store that lags behind.
+    pub superseded: super::superseded::Superseded,
 }
 
 impl Context {

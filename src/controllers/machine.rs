@@ -22,7 +22,7 @@ use super::context::{Context, key_of};
 use super::error::{Error, is_conflict, is_not_found};
 use super::vm::create::Created;
 use super::vm::machine::MachineVm;
-use super::{requeue, vm, writes};
+use super::{requeue, superseded, vm, writes};
 use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER, NODE_FINALIZER};
 use crate::api::mcm::{Machine, MachinePhase};
 use crate::lifecycle::class::{self, ClassProblem};
@@ -49,9 +49,15 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
         return Ok(Action::requeue(ctx.config.resync));
     }
     ctx.ready().await;
+    if ctx.superseded.holds(&*machine) {
+        // The store has not seen our last write yet: its watch event brings us back with it.
+        return Ok(Action::await_change());
+    }
     let now = Timestamp::now();
     let gate = format!("create:{}", key_of(&*machine));
-    let next = run(&machine, &ctx, now, &gate).await?;
+    let (next, writes) = superseded::tracking(run(&machine, &ctx, now, &gate)).await;
+    ctx.superseded.absorb(writes);
+    let next = next?;
     ctx.retries.reset(&format!("api:{}", key_of(&*machine)));
     Ok(requeue::action(&ctx.retries, &ctx.config, &gate, next, now))
 }
@@ -234,6 +240,10 @@ async fn sync_node(
     ctx: &Context,
 ) -> Result<(), Error> {
     let Some(target) = &ctx.target else { return Ok(()) };
+    if ctx.superseded.holds(node) {
+        // Our last write to the Node is not in the store yet; its watch event brings us back.
+        return Ok(());
+    }
     let nodes: Api<Node> = Api::all(target.clone());
     if node_sync::needs_finalizer(node) {
         match writes::add_finalizer(&nodes, node, NODE_FINALIZER).await {

@@ -31,6 +31,7 @@ mod replicas;
 mod requeue;
 mod safety;
 mod sets;
+mod superseded;
 mod tasks;
 mod termination;
 mod triggers;
@@ -211,6 +212,7 @@ impl Controllers {
             creating: InFlight::default(),
             permits: Permits::default(),
             refusals: Default::default(),
+            superseded: Default::default(),
             freeze: freeze.clone(),
             metrics: options.metrics.clone(),
         });

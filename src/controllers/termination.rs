@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use super::context::{Context, key_of};
 use super::error::Error;
 use super::vm::machine::MachineVm;
-use super::{requeue, vm};
+use super::{requeue, superseded, vm};
 use crate::api::mcm::Machine;
 use crate::api::mcm::names::MACHINE_FINALIZER;
 use crate::lifecycle::class;
@@ -36,13 +36,19 @@ pub(crate) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
         return Ok(Action::requeue(ctx.config.retry.api.first));
     }
     ctx.ready().await;
+    if ctx.superseded.holds(&*machine) {
+        // The store has not seen our last write yet: its watch event brings us back with it.
+        return Ok(Action::await_change());
+    }
     let gate = format!("delete:{key}");
     if let Some(wait) = ctx.retries.waiting(&gate) {
         return Ok(Action::requeue(wait));
     }
     let now = Timestamp::now();
     let flavour = MachineVm::new(&ctx, &machine, None);
-    let next = match vm::delete::run(&flavour, &*machine, &machine, now).await {
+    let (result, writes) = superseded::tracking(vm::delete::run(&flavour, &*machine, &machine, now)).await;
+    ctx.superseded.absorb(writes);
+    let next = match result {
         Ok(next) => next,
         // The store was behind: an earlier pass removed the finalizer and the machine is gone.
         Err(e) if e.is_gone(&format!("Machine {key}")) => {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::context::{Context, key_of};
 use super::error::Error;
+use super::superseded;
 use crate::api::mcm::Machine;
 use crate::lifecycle::status::{self, StatusPatch};
 
@@ -37,10 +38,12 @@ pub(crate) async fn status(api: &Api<Machine>, machine: &Machine, patch: &Status
     if patch.is_empty() {
         return Ok(());
     }
-    api.patch_status(&machine.name_any(), &patch_params(), &Patch::Merge(patch.to_merge_patch()))
+    let written = api
+        .patch_status(&machine.name_any(), &patch_params(), &Patch::Merge(patch.to_merge_patch()))
         .await
-        .map(|_| ())
-        .map_err(|e| Error::kube("patch status of", describe(machine), e))
+        .map_err(|e| Error::kube("patch status of", describe(machine), e))?;
+    superseded::note(machine, written.resource_version().as_deref());
+    Ok(())
 }
 
 /// Writes the part of `patch` that changes `machine`'s status, with an event for a phase change.
@@ -67,9 +70,12 @@ pub(crate) async fn merge<K>(api: &Api<K>, object: &K, patch: &Value, action: &'
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    api.patch(&object.name_any(), &patch_params(), &Patch::Merge(patch))
+    let written = api
+        .patch(&object.name_any(), &patch_params(), &Patch::Merge(patch))
         .await
-        .map_err(|e| Error::kube(action, describe(object), e))
+        .map_err(|e| Error::kube(action, describe(object), e))?;
+    superseded::note(object, written.resource_version().as_deref());
+    Ok(written)
 }
 
 /// A merge patch of the object's status subresource.
@@ -77,9 +83,12 @@ pub(crate) async fn merge_status<K>(api: &Api<K>, object: &K, patch: &Value, act
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    api.patch_status(&object.name_any(), &patch_params(), &Patch::Merge(patch))
+    let written = api
+        .patch_status(&object.name_any(), &patch_params(), &Patch::Merge(patch))
         .await
-        .map_err(|e| Error::kube(action, describe(object), e))
+        .map_err(|e| Error::kube(action, describe(object), e))?;
+    superseded::note(object, written.resource_version().as_deref());
+    Ok(written)
 }
 
 /// Adds `finalizer` (no-op when present).
@@ -136,9 +145,17 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     match api.patch(&object.name_any(), &patch_params(), &Patch::Json::<()>(json_patch::Patch(ops))).await {
-        Ok(_) => Ok(()),
+        Ok(written) => {
+            // An object whose last finalizer went may come back already gone.
+            let gone = written.meta().deletion_timestamp.is_some() && written.finalizers().is_empty();
+            superseded::note(object, written.resource_version().as_deref().filter(|_| !gone));
+            Ok(())
+        }
         // Deleted meanwhile: nothing left to hold or release.
-        Err(e) if super::error::is_not_found(&e) => Ok(()),
+        Err(e) if super::error::is_not_found(&e) => {
+            superseded::note(object, None);
+            Ok(())
+        }
         Err(e) => Err(Error::kube(action, describe(object), e)),
     }
 }
