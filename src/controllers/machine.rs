@@ -19,11 +19,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::context::{Context, key_of};
+use super::driver_request::class_secrets;
 use super::error::{Error, is_conflict, is_not_found};
 use super::vm::create::Created;
 use super::vm::machine::MachineVm;
 use super::{requeue, superseded, vm, writes};
-use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER, NODE_FINALIZER};
+use crate::api::mcm::names::{JOIN_DURATION_ANNOTATION, MACHINE_FINALIZER};
 use crate::api::mcm::{Machine, MachinePhase};
 use crate::lifecycle::class::{self, ClassProblem};
 use crate::lifecycle::create;
@@ -170,7 +171,13 @@ async fn health_step(
 async fn joined_cluster(machine: &Machine, api: &Api<Machine>, ctx: &Context, took: Duration) -> Result<(), Error> {
     let annotation = json!({"metadata": {"annotations": {JOIN_DURATION_ANNOTATION: clock::go(took)}}});
     writes::merge(api, machine, &annotation, "annotate").await?;
-    if let Some(target) = &ctx.target {
+    // No token was made for user data without the placeholder (one left behind expires with the creation timeout).
+    let class =
+        ctx.classes.get(&ObjectRef::new(&machine.spec.class.name).within(&machine.namespace().unwrap_or_default()));
+    let token_made = class.is_none_or(|class| {
+        userdata::wants_token(&class_secrets(&class, &|namespace, name| ctx.secret(namespace, name)))
+    });
+    if let (Some(target), true) = (&ctx.target, token_made) {
         let secrets: Api<Secret> = Api::namespaced(target.clone(), BOOTSTRAP_TOKEN_NAMESPACE);
         let name = userdata::token_secret_name(&userdata::token_id(&machine.name_any()));
         match secrets.delete(&name, &DeleteParams::default()).await {
@@ -245,21 +252,9 @@ async fn sync_node(
         return Ok(());
     }
     let nodes: Api<Node> = Api::all(target.clone());
-    if node_sync::needs_finalizer(node) {
-        match writes::add_finalizer(&nodes, node, NODE_FINALIZER).await {
-            Ok(()) => {}
-            // The Node changed meanwhile (the patch's test failed): its watch event brings us back.
-            Err(Error::Kube { source, .. })
-                if is_conflict(&source) || matches!(&source, kube::Error::Api(s) if s.code == 422) =>
-            {
-                return Ok(());
-            }
-            Err(e) => return Err(e),
-        }
-    }
     let result = async {
-        if let Some(patch) = node_sync::node_patch(node, &machine.name_any(), machine.spec.node_template.as_ref()) {
-            writes::merge(&nodes, node, &patch, "sync the node template to").await?;
+        if let Some(patch) = node_sync::node_write(node, &machine.name_any(), machine.spec.node_template.as_ref()) {
+            writes::strategic(&nodes, node, &patch, "sync the finalizer and node template to").await?;
         }
         if let Some(capacity) = node_sync::virtual_capacity_patch(node, virtual_capacity) {
             writes::merge_status(&nodes, node, &capacity.status, "put the virtual capacity on").await?;

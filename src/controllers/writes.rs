@@ -78,6 +78,19 @@ where
     Ok(written)
 }
 
+/// A strategic merge patch of the object's main resource (built-in kinds only).
+pub(crate) async fn strategic<K>(api: &Api<K>, object: &K, patch: &Value, action: &'static str) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let written = api
+        .patch(&object.name_any(), &patch_params(), &Patch::Strategic(patch))
+        .await
+        .map_err(|e| Error::kube(action, describe(object), e))?;
+    superseded::note(object, written.resource_version().as_deref());
+    Ok(written)
+}
+
 /// A merge patch of the object's status subresource.
 pub(crate) async fn merge_status<K>(api: &Api<K>, object: &K, patch: &Value, action: &'static str) -> Result<K, Error>
 where

@@ -132,6 +132,21 @@ pub fn node_patch(node: &Node, machine_name: &str, template: Option<&NodeTemplat
     Some(Value::Object(patch))
 }
 
+/// The one write of the Node's main resource, as a strategic merge patch: MCM's node finalizer when it is missing
+/// (`metadata.finalizers` merges as a set there, so no other finalizer is touched and no resourceVersion is needed),
+/// with [`node_patch`] (maps merge and taints replace, as in a JSON merge patch).
+pub fn node_write(node: &Node, machine_name: &str, template: Option<&NodeTemplateSpec>) -> Option<Value> {
+    let patch = node_patch(node, machine_name, template);
+    if !needs_finalizer(node) {
+        return patch;
+    }
+    let mut patch = patch.unwrap_or_else(|| json!({ "metadata": {} }));
+    if let Some(metadata) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("finalizers".into(), json!([NODE_FINALIZER]));
+    }
+    Some(patch)
+}
+
 /// The two writes that put a class's virtual capacity on a Node: first `status` (a merge patch of the Node's
 /// status subresource), then `record` (a merge patch of its annotations), as MCM orders them.
 #[derive(Clone, Debug, PartialEq)]
@@ -245,6 +260,34 @@ mod tests {
         for (name, node, want) in cases {
             assert_eq!(needs_finalizer(&node), want, "{name}");
         }
+    }
+
+    #[test]
+    fn the_finalizer_goes_with_the_template_in_one_write() {
+        let mut node = Node::default();
+        node.metadata.name = Some("n".into());
+        node.metadata.resource_version = Some("7".into());
+        node.metadata.finalizers = Some(vec!["other".into()]);
+        let patch = node_write(&node, "m", None).unwrap();
+        assert_eq!(patch["metadata"]["finalizers"], json!([NODE_FINALIZER]));
+        assert!(patch["metadata"].get("resourceVersion").is_none());
+        assert_eq!(patch["metadata"]["labels"][MACHINE_NAME_LABEL], json!("m"));
+
+        // With the finalizer and the template in place, nothing is written.
+        node.metadata.finalizers = Some(vec!["other".into(), NODE_FINALIZER.into()]);
+        node.metadata.labels = Some([(MACHINE_NAME_LABEL.to_string(), "m".to_string())].into());
+        node.metadata.annotations = Some([(LAST_APPLIED_ANNOTATION.to_string(), "{}".to_string())].into());
+        assert_eq!(node_write(&node, "m", None), None);
+
+        // A template change alone carries no finalizer.
+        let patch = node_write(&node, "other-machine", None).unwrap();
+        assert!(patch["metadata"].get("finalizers").is_none());
+
+        // A deleting Node gets no finalizer.
+        node.metadata.finalizers = None;
+        node.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time("2025-01-01T00:00:00Z".parse().unwrap()));
+        assert!(node_write(&node, "other-machine", None).unwrap()["metadata"].get("finalizers").is_none());
     }
 
     #[test]

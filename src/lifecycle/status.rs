@@ -240,10 +240,12 @@ impl EventSpec {
 }
 
 /// The event for a phase change (reason: the new phase; Warning for Unknown, Failed and CrashLoopBackOff), or
-/// `None` when the phase does not change.
+/// `None` when the phase does not change. Pending and Terminating have none: the same pass always publishes a
+/// more telling event (the created or adopted VM; the drain, the VM's deletion or why either failed), and an
+/// event costs a request per machine.
 pub fn phase_event(old: Option<&MachinePhase>, patch: &StatusPatch) -> Option<EventSpec> {
     let new = patch.new_phase()?;
-    if old == Some(new) {
+    if old == Some(new) || matches!(new, MachinePhase::Pending | MachinePhase::Terminating) {
         return None;
     }
     let note = patch
@@ -359,7 +361,8 @@ mod tests {
     fn phase_events() {
         let patch = |p| StatusPatch::phase(p, op("why", None), now());
         let cases = [
-            (None, patch(MachinePhase::Pending), Some((Severity::Normal, "Pending"))),
+            (None, patch(MachinePhase::Pending), None),
+            (Some(MachinePhase::Running), patch(MachinePhase::Terminating), None),
             (Some(MachinePhase::Pending), patch(MachinePhase::Running), Some((Severity::Normal, "Running"))),
             (Some(MachinePhase::Running), patch(MachinePhase::Unknown), Some((Severity::Warning, "Unknown"))),
             (Some(MachinePhase::Unknown), patch(MachinePhase::Failed), Some((Severity::Warning, "Failed"))),
@@ -370,6 +373,6 @@ mod tests {
             let got = phase_event(old.as_ref(), &patch).map(|e| (e.severity, e.reason));
             assert_eq!(got, want, "{old:?} -> {:?}", patch.new_phase());
         }
-        assert_eq!(phase_event(None, &patch(MachinePhase::Pending)).unwrap().note, "why");
+        assert_eq!(phase_event(None, &patch(MachinePhase::Running)).unwrap().note, "why");
     }
 }

@@ -97,6 +97,15 @@ pub fn template(
     Ok(out)
 }
 
+/// Whether the user data asks for a bootstrap token (`<<BOOTSTRAP_TOKEN>>`, also URL-encoded). Only then is a token
+/// Secret made (MCM makes one for every machine): a token nothing refers to is a credential with no use.
+pub fn wants_token(data: &SecretData) -> bool {
+    data.0.get(USER_DATA_KEY).is_some_and(|raw| {
+        let text = String::from_utf8_lossy(raw);
+        text.contains(BOOTSTRAP_TOKEN_PLACEHOLDER) || text.contains(&query_escape(BOOTSTRAP_TOKEN_PLACEHOLDER))
+    })
+}
+
 /// MCM's bootstrap token id: the hex of the machine name's last five bytes, cut to six characters (names
 /// shorter than five bytes, which MCM cannot handle, are padded with `0`).
 pub fn token_id(machine_name: &str) -> String {
@@ -171,6 +180,15 @@ mod tests {
         assert_eq!(merged.text("extra").as_deref(), Some("s"));
         assert_eq!(merge_secret_data(None, None), SecretData::default());
         assert_eq!(merge_secret_data(None, Some(&creds)).0.len(), 2);
+    }
+
+    #[test]
+    fn a_token_is_wanted_only_where_the_user_data_names_it() {
+        let data = |text: &str| SecretData([("userData".to_string(), text.as_bytes().to_vec())].into());
+        assert!(wants_token(&data("token=<<BOOTSTRAP_TOKEN>>")));
+        assert!(wants_token(&data("https://x?t=%3C%3CBOOTSTRAP_TOKEN%3E%3E")));
+        assert!(!wants_token(&data("#!/bin/sh")));
+        assert!(!wants_token(&SecretData::default()));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::api::mcm::{
 };
 use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
-use crate::controllers::error::{Error, is_conflict, is_not_found};
+use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::replicas::Flavour;
 use crate::controllers::sets::SetOptions;
 use crate::controllers::workload::Connection;
@@ -206,32 +206,23 @@ impl Flavour for SetsContext {
         let post = PostParams { field_manager: Some(MANAGER.to_string()), ..Default::default() };
         api.create(&post, template).await.map_err(|e| format!("Error creating: {e}"))
     }
-    /// Deletes the machine, then writes its status (Terminating, "Deleting machine from cloud provider") unless the
-    /// termination controller wrote one first.
+    /// Deletes the machine. MCM's MachineSet controller also writes its status (Terminating, "Deleting machine
+    /// from cloud provider"); we only note it on the copy we return, for this pass's counts: the termination
+    /// controller writes Terminating with the first step of the deletion flow at once, and a second write per
+    /// machine would change nothing a reader could act on.
     async fn delete_machine(
         &self,
         api: &Api<Machine>,
         machine: &Machine,
         now: Timestamp,
     ) -> Result<Option<Machine>, kube::Error> {
-        let name = machine.name_any();
-        let after = match api.delete(&name, &DeleteParams::default()).await {
+        let after = match api.delete(&machine.name_any(), &DeleteParams::default()).await {
             Ok(either) => either.left(),
             Err(e) if is_not_found(&e) => None,
             Err(e) => return Err(e),
         };
         let Some(mut after) = after else { return Ok(None) };
-        // Guarded by the version the deletion returned: if the termination controller already moved the machine
-        // on, its description must not be replaced (its flow is keyed on it).
-        let mut patch = deleting_status(now).to_merge_patch();
-        patch["metadata"] = json!({"resourceVersion": after.resource_version()});
-        match api.patch_status(&name, &patch_params(), &Patch::Merge(&patch)).await {
-            Ok(updated) => after = updated,
-            Err(e) if is_conflict(&e) || is_not_found(&e) => {
-                deleting_status(now).apply_to(after.status.get_or_insert_with(MachineStatus::default));
-            }
-            Err(e) => tracing::info!(machine = %key_of(machine), error = %e, "could not mark the machine Terminating"),
-        }
+        deleting_status(now).apply_to(after.status.get_or_insert_with(MachineStatus::default));
         Ok(Some(after))
     }
     async fn write_set_status(

@@ -1,7 +1,8 @@
 //! Carries out the deletion flow (`lifecycle::delete::next`) for either object: each step's action, its answer fed
-//! back, its record folded into the next status write. A record is written before the next call to the cloud or
-//! the target cluster and when the pass stops, so the status always names the step a restart resumes at; it is not
-//! written before the finalizer goes (the object goes with it).
+//! back, its record folded into the next status write. A record is written before an action the flow marks
+//! ([`DeleteAction::records_first`]: every call to the cloud and the drain) and when the pass stops, so the status
+//! names the step a restart resumes at (or one before it, which is idempotent); it is not written before the
+//! finalizer goes (the object goes with it).
 
 use jiff::Timestamp;
 
@@ -89,8 +90,10 @@ pub(crate) async fn run<F: VmFlavour>(f: &F, obj: &F::Object, hub: &Machine, now
             tracing::info!(object = %key_of(&obj), "deleted");
             return Ok(Next::Done);
         }
-        // Everything else reaches outside: the status names this step first.
-        pending.flush(f, &mut obj, &hub, failure.as_ref()).await?;
+        // Everything else reaches outside: the status names this step first where the flow says so.
+        if action.records_first() {
+            pending.flush(f, &mut obj, &hub, failure.as_ref()).await?;
+        }
         answer = Some(match action {
             DeleteAction::FindVm => {
                 let result = match f.cloud(&obj, &hub).await {

@@ -63,16 +63,12 @@ impl<'a> MachineVm<'a> {
         Ok(Cloud { driver, request })
     }
 
-    /// The bootstrap token for a machine: the existing Secret's, or a new one valid for the creation timeout.
+    /// The bootstrap token for a machine: a new one valid for the creation timeout, or the existing Secret's (the
+    /// create comes first: a machine is prepared once in the common case).
     async fn bootstrap_token(&self, target: &kube::Client, machine: &Machine) -> Result<String, Error> {
         let secrets: Api<Secret> = Api::namespaced(target.clone(), BOOTSTRAP_TOKEN_NAMESPACE);
         let name = userdata::token_secret_name(&userdata::token_id(&machine.name_any()));
         let object = format!("Secret {BOOTSTRAP_TOKEN_NAMESPACE}/{name}");
-        let existing =
-            secrets.get_opt(&name).await.map_err(|e| Error::kube("get bootstrap token", object.clone(), e))?;
-        if let Some(token) = existing.as_ref().and_then(userdata::token_of) {
-            return Ok(token);
-        }
         let secret: String = {
             let mut rng = rand::rng();
             let charset = userdata::TOKEN_SECRET_CHARSET;
@@ -84,7 +80,7 @@ impl<'a> MachineVm<'a> {
         let wanted = userdata::token_secret(&machine.name_any(), &secret, expires, groups);
         let stored = match secrets.create(&PostParams::default(), &wanted).await {
             Ok(created) => created,
-            // Another reconcile made it first.
+            // An earlier pass made it (or another reconcile): the machine keeps the token it may already have.
             Err(e) if is_conflict(&e) => {
                 secrets.get(&name).await.map_err(|e| Error::kube("get bootstrap token", object.clone(), e))?
             }
@@ -179,8 +175,10 @@ impl VmFlavour for MachineVm<'_> {
         };
         let mut cloud = self.request(hub, class).map_err(NotPrepared::Driver)?;
         let token = match &self.ctx.target {
-            Some(target) => Some(self.bootstrap_token(target, hub).await.map_err(NotPrepared::Api)?),
-            None => None,
+            Some(target) if userdata::wants_token(&cloud.request.secret) => {
+                Some(self.bootstrap_token(target, hub).await.map_err(NotPrepared::Api)?)
+            }
+            _ => None,
         };
         cloud.request.secret = userdata::template(
             &cloud.request.secret,

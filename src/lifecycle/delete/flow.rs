@@ -98,6 +98,16 @@ pub enum DeleteAction {
     RemoveFinalizer,
 }
 
+impl DeleteAction {
+    /// Whether the status must name this action's step before it runs (so a restart resumes there). Every action
+    /// that may take long or fail for a while does: the drain, the cloud calls, the VolumeAttachments. The Node's
+    /// deletion does not: it is one quick request, and a restart that resumes at the step before it finds the VM
+    /// already gone and comes back here (both steps are idempotent), so its record would only cost a write.
+    pub fn records_first(&self) -> bool {
+        !matches!(self, DeleteAction::DeleteNode { .. } | DeleteAction::Advance(_) | DeleteAction::RemoveFinalizer)
+    }
+}
+
 /// A step's record.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Advance {

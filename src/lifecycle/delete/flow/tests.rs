@@ -327,3 +327,32 @@ fn every_record_states_the_operation() {
     assert_eq!(op.state, Some(MachineState::Failed));
     assert!(op.description.unwrap().ends_with(text::INITIATE_VM_DELETION));
 }
+
+fn drain_options() -> DrainOptions {
+    let zero = std::time::Duration::ZERO;
+    DrainOptions {
+        node: "n".into(),
+        timeout: zero,
+        max_evict_retries: 0,
+        evict_retry_interval: zero,
+        volume_detach_timeout: zero,
+        volume_reattach_timeout: zero,
+        force: false,
+    }
+}
+
+#[test]
+fn the_status_names_each_step_that_reaches_outside_except_the_node_deletion() {
+    let cases = [
+        (DeleteAction::FindVm, true),
+        (DeleteAction::Drain { options: drain_options(), force: None }, true),
+        (DeleteAction::ListVolumeAttachments { node: "n".into() }, true),
+        (DeleteAction::DeleteVolumeAttachments { names: vec![], next: Next::Done }, true),
+        (DeleteAction::DeleteVm, true),
+        (DeleteAction::DeleteNode { node: "n".into() }, false),
+        (DeleteAction::RemoveFinalizer, false),
+    ];
+    for (action, want) in cases {
+        assert_eq!(action.records_first(), want, "{action:?}");
+    }
+}
