@@ -59,6 +59,22 @@ where
     subscribers: Vec<mpsc::UnboundedSender<Notice<K>>>,
     ready: watch::Sender<bool>,
     optional: bool,
+    prune: fn(&mut K),
+}
+
+/// What no controller reads and every cache would otherwise hold once per object: `metadata.managedFields`
+/// (often the largest part of a small object). Writes are patches, never whole-object updates, so nothing
+/// written back is missing it.
+fn drop_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
+/// A Node's cache entry: also without `status.images` (kilobytes on a real Node, read by nothing here).
+pub(crate) fn prune_node(node: &mut k8s_openapi::api::core::v1::Node) {
+    drop_managed_fields(node);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
 }
 
 impl<K> Informer<K>
@@ -78,7 +94,14 @@ where
             subscribers: Vec::new(),
             ready: watch::channel(false).0,
             optional: false,
+            prune: drop_managed_fields::<K>,
         }
+    }
+
+    /// Prunes every object with `prune` before it is cached (instead of only dropping its managedFields).
+    pub(crate) fn pruned(mut self, prune: fn(&mut K)) -> Self {
+        self.prune = prune;
+        self
     }
 
     /// For a kind whose CRD may not be installed (MCM's MachineClass next to a Cluster API install): while the API
@@ -115,7 +138,7 @@ where
     /// Runs the watch until the future is dropped.
     pub(crate) async fn run(mut self) {
         let kind = <K as Resource>::kind(&()).to_string();
-        let mut events = watcher(self.api.clone(), self.config.clone()).default_backoff().boxed();
+        let mut events = watcher(self.api.clone(), self.config.clone()).default_backoff().modify(self.prune).boxed();
         while let Some(event) = events.next().await {
             let event = match event {
                 Ok(event) => event,

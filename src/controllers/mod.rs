@@ -65,7 +65,7 @@ pub use sets::SetOptions;
 
 use self::context::{Context, InFlight, Permits, RetryBook};
 use self::freeze::FreezeFlag;
-use self::informer::{Informer, Notice};
+use self::informer::{Informer, Notice, prune_node};
 use self::safety::Safety;
 use self::tasks::{Tasks, controller, on_stop};
 use self::triggers::{class_triggers, machine_triggers, scoped, secret_triggers};
@@ -180,7 +180,7 @@ impl Controllers {
             Informer::new(scoped(&control, ns.as_deref()), watcher::Config::default());
         let mut secrets: Informer<Secret> = Informer::new(scoped(&control, ns.as_deref()), watcher::Config::default());
         let mut nodes: Option<Informer<Node>> =
-            clusters.target.clone().map(|t| Informer::new(Api::all(t), watcher::Config::default()));
+            clusters.target.clone().map(|t| Informer::new(Api::all(t), watcher::Config::default()).pruned(prune_node));
 
         let freeze = Arc::new(FreezeFlag::default());
         // Subscribed before the informer runs, so the safety controller sees every deletion.

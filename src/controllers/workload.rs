@@ -21,7 +21,7 @@ use tokio::sync::{Mutex, mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::api::capi::Machine;
-use crate::controllers::informer::{Informer, Notice};
+use crate::controllers::informer::{Informer, Notice, prune_node};
 
 /// How often a connection's Secret is read again (a rotated kubeconfig is taken within this).
 const RECHECK: Duration = Duration::from_secs(60);
@@ -251,7 +251,8 @@ impl WorkloadClusters {
             .map_err(|_| invalid())?;
         let client = Client::try_from(config.clone()).map_err(|e| format!("workload cluster client: {e}"))?;
         let drain = crate::drain::client_for_drain(config).map_err(|e| format!("workload cluster client: {e}"))?;
-        let mut informer: Informer<Node> = Informer::new(Api::all(client.clone()), watcher::Config::default());
+        let mut informer: Informer<Node> =
+            Informer::new(Api::all(client.clone()), watcher::Config::default()).pruned(prune_node);
         let notices = informer.subscribe();
         let (nodes, ready) = (informer.store(), informer.ready());
         let forward = forward_node_notices(
