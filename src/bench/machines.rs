@@ -39,8 +39,8 @@ pub(super) const NAMESPACE: &str = "bench";
 const SCRATCH_NAMESPACE: &str = "bench-scratch";
 
 /// Writes the probe makes, and how many clients make them at once (as controllers' workers do).
-const PROBE_WRITES: usize = 2_000;
-const PROBE_WRITERS: usize = 8;
+pub(super) const PROBE_WRITES: usize = 2_000;
+pub(super) const PROBE_WRITERS: usize = 8;
 
 /// Sizes of the machines benchmark.
 #[derive(Clone, Copy, Debug)]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::BenchError;
 use super::machines::{MachinesBench, PhaseFigures, RunFigures, mib, run};
 use super::process::{ProcessConfig, Side, setup};
-use super::report::table;
+use super::report::{Align, table};
 
 /// The side-by-side benchmark.
 #[derive(Clone, Debug)]
@@ -108,7 +108,7 @@ fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigur
          protocol; --kube-api-qps={} --kube-api-burst={} on every controller process\n",
         bench.kube_api_qps, bench.kube_api_burst
     ));
-    out.push_str(&table(&[vec![header], rows].concat()));
+    out.push_str(&table(&[vec![header], rows].concat(), Align::Right));
     // The peaks when the processes were stopped: at the end of the rolling update.
     let peaks = |side: &RunFigures| {
         side.roll

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::machines::{MachinesBench, PhaseFigures, RunFigures, mib};
+use super::machines::{MachinesBench, PROBE_WRITERS, PROBE_WRITES, PhaseFigures, RunFigures, mib};
 use super::process::{ProcessConfig, ProcessMemory};
 use crate::lifecycle::safety::SafetyConfig;
 
@@ -143,8 +143,7 @@ impl MachinesReport {
         let mut rows = Vec::new();
         rows.push(ratio_row(
             format!(
-                "{n} machines to Running vs the lower bound max(boot, {n} x {MIN_WRITES_PER_MACHINE} writes x {:.1} µs \
-                 per write)",
+                "{n} machines to Running / lower bound: max(boot, {n} x {MIN_WRITES_PER_MACHINE} writes x {:.1} µs)",
                 f.write_time.as_secs_f64() * 1e6
             ),
             f.create.elapsed,
@@ -153,15 +152,14 @@ impl MachinesReport {
             "n/a (no write time)",
         ));
         for (name, phase, limit) in [
-            ("API requests per created machine, without the kubelet's Node writes", &f.create, 8.0),
-            ("API requests per replaced machine, without the kubelet's Node writes", &f.roll, 20.0),
+            ("API requests per created machine (no kubelet Node writes)", &f.create, 8.0),
+            ("API requests per replaced machine (no kubelet Node writes)", &f.roll, 20.0),
         ] {
             let per = phase.requests.controllers_per_machine(n);
             rows.push(at_most_row(name.into(), per, format!("{per:.1}"), limit, format!("<= {limit}")));
         }
         let limit = 100.0;
-        let memory_name =
-            format!("`mcm run` resident memory (VmHWM, its own process) at {MEMORY_TARGET_MACHINES} Running");
+        let memory_name = "`mcm run` peak resident memory (VmHWM); the target is at 10,000 Running".to_string();
         let memory_target = format!("<= {limit} MiB");
         rows.push(match (self.own_process.is_some(), mcm_run_peak(self.last_phase())) {
             (true, Some(peak)) => {
@@ -195,10 +193,9 @@ impl MachinesReport {
         });
         rows.push(ratio_row(
             format!(
-                "rolling update, maxSurge {}%, boot {:.1} s, vs the ideal ceil(100/{}) waves x boot",
+                "rolling update / ideal: ceil(100/{}) waves x boot {:.1} s",
                 sizes.surge_percent,
-                sizes.boot.as_secs_f64(),
-                sizes.surge_percent
+                sizes.boot.as_secs_f64()
             ),
             f.roll.elapsed,
             ideal_roll(sizes.surge_percent, sizes.boot),
@@ -209,10 +206,8 @@ impl MachinesReport {
         let period = SafetyConfig::default().orphan_vms_period;
         // One orphan collection per class per safety period, plus one a trigger may still owe from the update.
         let calls_allowed = BENCH_CLASSES * (1 + (sizes.rest.as_secs() / period.as_secs().max(1)));
-        let calls_target = format!(
-            "O(classes) per safety period ({} min), none per machine: <= {calls_allowed}",
-            period.as_secs() / 60
-        );
+        let calls_target =
+            format!("<= {calls_allowed} (O(classes) per {} min, none per machine)", period.as_secs() / 60);
         match &f.rest {
             Some(phase) => {
                 let writes = phase.requests.writes;
@@ -266,7 +261,8 @@ impl MachinesReport {
         let mut out = self.sizes.header();
         out.push_str(&format!("{}\n", self.controllers_text()));
         out.push_str(&format!(
-            "server write time: {:.1} µs per write (Machine status patches, 8 clients at once, before the scenario)\n",
+            "server write time: {:.1} µs per write ({PROBE_WRITES} Machine status patches, {PROBE_WRITERS} clients at \
+             once, before the scenario)\n",
             f.write_time.as_secs_f64() * 1e6
         ));
         let phase = |out: &mut String, title: String, phase: &PhaseFigures| {
@@ -301,7 +297,7 @@ impl MachinesReport {
         out.push_str("\ntargets (issue #25):\n");
         let mut rows = vec![["target".to_string(), "measured".into(), "goal".into(), "verdict".into()]];
         rows.extend(self.targets().into_iter().map(|t| [t.name, t.shown, t.target, t.verdict.text().to_string()]));
-        out.push_str(&table(&rows));
+        out.push_str(&table(&rows, Align::Left));
         out
     }
 
@@ -367,8 +363,17 @@ fn memory_text(memory: &[ProcessMemory]) -> String {
         .join("; ")
 }
 
-/// Rows as aligned columns: the first left-aligned, the others right-aligned, two spaces apart.
-pub(super) fn table<const N: usize>(rows: &[[String; N]]) -> String {
+/// How a table aligns the columns after the first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Align {
+    /// Text.
+    Left,
+    /// Figures.
+    Right,
+}
+
+/// Rows as aligned columns, two spaces apart: the first left-aligned, the others as `align` says.
+pub(super) fn table<const N: usize>(rows: &[[String; N]], align: Align) -> String {
     let widths: Vec<usize> = (0..N).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = String::new();
     for row in rows {
@@ -376,7 +381,10 @@ pub(super) fn table<const N: usize>(rows: &[[String; N]]) -> String {
             .iter()
             .zip(&widths)
             .enumerate()
-            .map(|(c, (cell, width))| if c == 0 { format!("{cell:<width$}") } else { format!("{cell:>width$}") })
+            .map(|(c, (cell, width))| match (c, align) {
+                (0, _) | (_, Align::Left) => format!("{cell:<width$}"),
+                (_, Align::Right) => format!("{cell:>width$}"),
+            })
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
@@ -492,7 +500,7 @@ mod tests {
         let row = table.iter().find(|l| l.starts_with("API requests per replaced machine")).unwrap();
         assert!(row.contains("23.0") && row.contains("<= 20") && row.ends_with("MISS"), "{row}");
         let row = table.iter().find(|l| l.starts_with("at rest for 30 s: cloud calls")).unwrap();
-        assert!(row.contains("none per machine: <= 1") && row.ends_with("pass"), "{row}");
+        assert!(row.contains("<= 1 (O(classes) per 15 min, none per machine)") && row.ends_with("pass"), "{row}");
         // Every row's columns line up.
         let width = table[0].find("verdict").unwrap();
         assert!(table.iter().all(|l| l.chars().count() >= width), "{text}");
@@ -523,6 +531,7 @@ mod tests {
     #[test]
     fn a_table_aligns_its_columns() {
         let rows = [["a".to_string(), "1".into()], ["longer".into(), "100".into()]];
-        assert_eq!(table(&rows), "a         1\nlonger  100\n");
+        assert_eq!(table(&rows, Align::Right), "a         1\nlonger  100\n");
+        assert_eq!(table(&rows, Align::Left), "a       1\nlonger  100\n");
     }
 }
