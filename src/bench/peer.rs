@@ -2,12 +2,13 @@
 //! controllers (the program of hack/mcm-peer: MCM's controller manager and machine controller, two processes),
 //! then with ours (`mcm run`, one process). Each side gets a fresh embedded API server with the in-memory cloud
 //! and its kubelet in this process; the cloud is served to the controllers over the driver protocol
-//! ([`crate::providers::grpc::DriverServe`]), so both reach it the same way and every call is counted on our side of the socket.
+//! ([`crate::providers::grpc::DriverServe`]), so both reach it the same way and every call is counted on our side
+//! of the socket.
 //!
 //! Both sides run with MCM's defaults but for the settings passed to both alike: the namespace, no leader
 //! election, metrics on 127.0.0.1, and the client-side rate limit (`--kube-api-qps`, `--kube-api-burst`).
-//! Peak memory is each controller process's `VmHWM` read from /proc at the end of the rolling update; the API server,
-//! the cloud and the kubelet are not in it.
+//! Peak memory is each controller process's `VmHWM` read from /proc at the end of the rolling update; the API
+//! server, the cloud and the kubelet are not in it.
 
 use std::path::{Path, PathBuf};
 
