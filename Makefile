@@ -67,6 +67,7 @@ fmt: ## Format the code
 bench: ## Measure the embedded API server and the controllers (release build; see docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench apiserver
 	$(CARGO) run --release --quiet --no-default-features -- bench machines
+	$(CARGO) run --release --quiet --no-default-features -- bench machines --controllers-process --rest 30s
 
 bench-peer: mcm-peer ## The machines scenario with upstream MCM's controllers, then ours, side by side (docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench machines --peer $(CURDIR)/target/adapters/bin/mcm-peer $(BENCH_ARGS)

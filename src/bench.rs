@@ -3,14 +3,18 @@
 //! `mcm bench apiserver` drives the embedded API server through kube-rs, as controllers do: create throughput,
 //! list latency at N objects, watch fan-out latency with W watchers, and resident memory per N objects.
 //! `mcm bench machines` ([`machines`]) runs every controller: MachineDeployments up to N Running machines and a
-//! rolling update of all of them; with `--peer` ([`peer`]) the same scenario with upstream MCM's controllers and
-//! then ours, each in its own processes, side by side.
+//! rolling update of all of them, then optionally a rest; with `--controllers-process` ours in an `mcm run` of their
+//! own ([`process`]); the report ([`report`]) puts issue #25's targets beside the figures. With `--peer` ([`peer`])
+//! the same scenario with upstream MCM's controllers and then ours, each in its own processes, side by side.
 
 mod machines;
 mod peer;
+mod process;
+mod report;
 
-pub use machines::{MachinesBench, machines};
+pub use machines::{MachinesBench, OwnProcess, machines};
 pub use peer::{PeerBench, side_by_side};
+pub use report::MachinesReport;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

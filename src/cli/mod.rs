@@ -71,8 +71,9 @@ enum BenchCommand {
         #[arg(long, default_value_t = 8)]
         parallel: usize,
     },
-    /// Every controller: MachineDeployments up to N Running machines (zero boot time), then a rolling update of
-    /// all of them; time, API requests per machine, peak memory.
+    /// Every controller: MachineDeployments up to N Running machines, a rolling update of all of them, then
+    /// optionally a rest; time, API requests per machine, memory and cloud calls, with issue #25's targets beside.
+    #[command(group(clap::ArgGroup::new("processes").args(["peer", "controllers_process"])))]
     Machines {
         /// Machines in total.
         #[arg(long, default_value_t = 1_000)]
@@ -86,15 +87,29 @@ enum BenchCommand {
         /// Give up on a phase after this long.
         #[arg(long, value_name = "DURATION", default_value = "10m")]
         timeout: crate::api::Duration,
+        /// The in-memory cloud's boot time for the benchmark's MachineClass (its `bootSeconds`).
+        #[arg(long, value_name = "DURATION", default_value = "0s")]
+        boot: crate::api::Duration,
+        /// After the rolling update, stay idle this long and count every API write and cloud call.
+        #[arg(long, value_name = "DURATION", default_value = "0s", conflicts_with = "peer")]
+        rest: crate::api::Duration,
+        /// Run our controllers in their own `mcm run` process (the cloud served over the driver protocol), so the
+        /// memory figures are `mcm run`'s alone.
+        #[arg(long)]
+        controllers_process: bool,
+        /// Print the report as one JSON document (figures, targets, verdicts) instead of text.
+        #[arg(long, conflicts_with = "peer")]
+        json: bool,
         /// Run the scenario first with upstream MCM's controllers (this mcm-peer program; `make mcm-peer` builds
         /// target/adapters/bin/mcm-peer), then with ours in an `mcm run` process, and print both side by side.
         #[arg(long, value_name = "PATH")]
         peer: Option<PathBuf>,
-        /// With --peer: the client-side rate limit of every controller process (MCM's and ours default to 20).
-        #[arg(long, value_name = "QPS", default_value_t = 20.0, requires = "peer")]
-        kube_api_qps: f64,
-        /// With --peer: the client-side burst of every controller process (MCM's and ours default to 30).
-        #[arg(long, value_name = "N", default_value_t = 30, requires = "peer")]
+        /// With --peer or --controllers-process: the client-side rate limit of every controller process
+        /// [default: 20 with --peer (MCM's default and ours); 0, no limit, with --controllers-process, as in-process]
+        #[arg(long, value_name = "QPS", requires = "processes")]
+        kube_api_qps: Option<f64>,
+        /// With --peer or --controllers-process: the client-side burst of every controller process.
+        #[arg(long, value_name = "N", default_value_t = 30, requires = "processes")]
         kube_api_burst: u32,
     },
 }
@@ -250,6 +265,10 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             deployments,
             surge_percent,
             timeout,
+            boot,
+            rest,
+            controllers_process,
+            json,
             peer,
             kube_api_qps,
             kube_api_burst,
@@ -257,14 +276,34 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             init_logging()?;
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
-            let sizes = crate::bench::MachinesBench { machines, deployments, surge_percent, timeout: timeout.0 };
+            let sizes = crate::bench::MachinesBench {
+                machines,
+                deployments,
+                surge_percent,
+                timeout: timeout.0,
+                boot: boot.0,
+                rest: rest.0,
+            };
+            let progress = |line: &str| eprintln!("mcm bench: {line}");
             let report = match peer {
                 Some(peer) => {
                     let ours = std::env::current_exe().map_err(CliError::CurrentExe)?;
+                    let kube_api_qps = kube_api_qps.unwrap_or(20.0);
                     let bench = crate::bench::PeerBench { sizes, peer, ours, kube_api_qps, kube_api_burst };
-                    runtime.block_on(crate::bench::side_by_side(bench, |line| eprintln!("mcm bench: {line}")))?
+                    runtime.block_on(crate::bench::side_by_side(bench, progress))?
                 }
-                None => runtime.block_on(crate::bench::machines(sizes))?,
+                None => {
+                    let own_process = match controllers_process {
+                        true => Some(crate::bench::OwnProcess {
+                            ours: std::env::current_exe().map_err(CliError::CurrentExe)?,
+                            kube_api_qps: kube_api_qps.unwrap_or(0.0),
+                            kube_api_burst,
+                        }),
+                        false => None,
+                    };
+                    let report = runtime.block_on(crate::bench::machines(sizes, own_process, progress))?;
+                    if json { report.json() } else { report.text() }
+                }
             };
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
