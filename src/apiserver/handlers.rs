@@ -568,7 +568,7 @@ async fn update_admitted(
     let result = {
         let mut store = shared.lock();
         let latest = ctx.require(&store)?;
-        if !Arc::ptr_eq(&latest, &current) {
+        if !object::same_resource_version(&latest, &current) {
             // Written meanwhile: the caller computes the update again from the new state (a stale
             // resourceVersion in the body then fails with 409).
             return Ok(None);
@@ -726,7 +726,7 @@ async fn delete_one(
         let admitted = Box::pin(delete_admitted(shared, ctx, key, options, &namespace, &current, matched)).await?;
         let mut store = shared.lock();
         let Some(latest) = store.get(&gr, key) else { return Ok(None) };
-        if !Arc::ptr_eq(&latest, &current) {
+        if !object::same_resource_version(&latest, &current) {
             continue;
         }
         return Ok(remove(&mut store, &gr, key, policy, dry_run, current).map(|obj| (obj, admitted)));

@@ -173,7 +173,7 @@ async fn scale_admitted(
     warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let mut store = shared.lock();
     let latest = ctx.require(&store)?;
-    if !Arc::ptr_eq(&latest, &current) {
+    if !object::same_resource_version(&latest, &current) {
         return Ok(None);
     }
     let response = store_scaled(&mut store, ctx, current, prepared);
