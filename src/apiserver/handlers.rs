@@ -196,6 +196,12 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     // Items as stored are spliced in as they are; only conversion, tables and metadata-only lists parse them.
     let as_stored = !convert && ctx.table.is_none() && ctx.metadata_only.is_none();
     let mut items: Vec<u8> = Vec::new();
+    if as_stored {
+        // Sized once: growing a buffer of many megabytes by doubling copies it over and over.
+        let at_most = if ctx.query.limit > 0 { ctx.query.limit } else { usize::MAX };
+        let candidates = store.list(&ctx.rt.storage_gr(), namespace, after_key.as_ref()).take(at_most);
+        items.reserve(candidates.map(|(_, stored)| stored.json().len() + 1).sum());
+    }
     // Or, when kubectl asked for a table, one row per item.
     let table = ctx.table.map(|options| printing::TableBuilder::new(&ctx.rt, ctx.version, options));
     let mut rows = Vec::new();
@@ -258,8 +264,9 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
         }
         None => json!({"kind": ctx.rt.list_kind, "apiVersion": ctx.rt.api_version(ctx.version), "metadata": metadata}),
     };
-    let mut body = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
-    body.pop(); // the closing brace
+    let head = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut body = Vec::with_capacity(head.len() + items.len() + 16);
+    body.extend_from_slice(&head[..head.len().saturating_sub(1)]); // without the closing brace
     body.extend_from_slice(b",\"items\":[");
     body.extend_from_slice(&items);
     body.extend_from_slice(b"]}");
