@@ -193,8 +193,15 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     let list_rv = after.as_ref().map_or(store.rv(), |c| c.rv);
     let after_key = after.map(|c| (c.ns, c.name));
     let namespace = if ctx.rt.namespaced { ctx.path.namespace.as_deref() } else { None };
-    // Serialise item by item: no clone of stored objects unless the version needs converting.
+    // Items as stored are spliced in as they are; only conversion, tables and metadata-only lists parse them.
+    let as_stored = !convert && ctx.table.is_none() && ctx.metadata_only.is_none();
     let mut items: Vec<u8> = Vec::new();
+    if as_stored {
+        // Sized once: growing a buffer of many megabytes by doubling copies it over and over.
+        let at_most = if ctx.query.limit > 0 { ctx.query.limit } else { usize::MAX };
+        let candidates = store.list(&ctx.rt.storage_gr(), namespace, after_key.as_ref()).take(at_most);
+        items.reserve(candidates.map(|(_, stored)| stored.json().len() + 1).sum());
+    }
     // Or, when kubectl asked for a table, one row per item.
     let table = ctx.table.map(|options| printing::TableBuilder::new(&ctx.rt, ctx.version, options));
     let mut rows = Vec::new();
@@ -202,31 +209,38 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
     let mut last_key = None;
     let mut remaining = 0usize;
     for (key, stored) in store.list(&ctx.rt.storage_gr(), namespace, after_key.as_ref()) {
-        let converted;
-        let served: &Value = if convert {
-            converted = convert::to_version(&ctx.rt, ctx.version, stored);
-            &converted
-        } else {
-            stored
+        let served_of = || {
+            let object = stored.to_value();
+            if convert { convert::to_version(&ctx.rt, ctx.version, &object) } else { object }
         };
-        if !selectors::matches(&labels, &fields, served) {
+        let mut served = None;
+        let matched = match stored.matches_indexed(&labels, &fields).filter(|_| !convert) {
+            Some(matched) => matched,
+            None => selectors::matches(&labels, &fields, served.insert(served_of())),
+        };
+        if !matched {
             continue;
         }
         if ctx.query.limit > 0 && count == ctx.query.limit {
             remaining += 1;
             continue;
         }
-        if let Some(table) = &table {
-            rows.push(table.row(served));
+        if count > 0 && table.is_none() {
+            items.push(b',');
+        }
+        if as_stored {
+            items.extend_from_slice(stored.json());
         } else {
-            if count > 0 {
-                items.push(b',');
+            let served = served.get_or_insert_with(served_of);
+            if let Some(table) = &table {
+                rows.push(table.row(served));
+            } else {
+                let written = match ctx.metadata_only {
+                    Some(version) => serde_json::to_writer(&mut items, &printing::partial_metadata(served, version)),
+                    None => serde_json::to_writer(&mut items, served),
+                };
+                written.map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
             }
-            let written = match ctx.metadata_only {
-                Some(version) => serde_json::to_writer(&mut items, &printing::partial_metadata(served, version)),
-                None => serde_json::to_writer(&mut items, served),
-            };
-            written.map_err(|e| ApiError::internal(format!("could not serialise an object: {e}")))?;
         }
         count += 1;
         last_key = Some(key.clone());
@@ -250,8 +264,9 @@ fn list(shared: &Shared, ctx: &Ctx<'_>) -> Result<Response, ApiError> {
         }
         None => json!({"kind": ctx.rt.list_kind, "apiVersion": ctx.rt.api_version(ctx.version), "metadata": metadata}),
     };
-    let mut body = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
-    body.pop(); // the closing brace
+    let head = serde_json::to_vec(&head).map_err(|e| ApiError::internal(e.to_string()))?;
+    let mut body = Vec::with_capacity(head.len() + items.len() + 16);
+    body.extend_from_slice(&head[..head.len().saturating_sub(1)]); // without the closing brace
     body.extend_from_slice(b",\"items\":[");
     body.extend_from_slice(&items);
     body.extend_from_slice(b"]}");
@@ -331,7 +346,7 @@ async fn create(shared: &Shared, ctx: &Ctx<'_>, body: Value, apply: bool) -> Res
         let Some(matched) = ctx.webhooks(shared, &store, Operation::Create, &ctx.admission_namespace(namespace)) else {
             let gr = ctx.rt.storage_gr();
             let namespace = namespace.to_string();
-            let taken = |name: &str| store.get(&gr, &(namespace.clone(), name.to_string())).is_some();
+            let taken = |name: &str| store.contains(&gr, &(namespace.clone(), name.to_string()));
             let obj = admission::finish_create(&ctx.rt, ctx.version, decoded, &taken)?;
             let stored = commit_create(&mut store, ctx, obj, applied)?;
             drop(store);
@@ -390,7 +405,7 @@ fn commit_create(
     managed::record(&mut obj, None, &ctx.manager, apply, owned, &ctx.rt.api_version(ctx.version), "");
     let gr = ctx.rt.storage_gr();
     let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
-    if store.get(&gr, &key).is_some() {
+    if store.contains(&gr, &key) {
         return Err(ApiError::already_exists(ctx.subject(&key.1)));
     }
     if ctx.query.dry_run {
@@ -560,7 +575,7 @@ async fn update_admitted(
     let result = {
         let mut store = shared.lock();
         let latest = ctx.require(&store)?;
-        if !Arc::ptr_eq(&latest, &current) {
+        if !object::same_resource_version(&latest, &current) {
             // Written meanwhile: the caller computes the update again from the new state (a stale
             // resourceVersion in the body then fails with 409).
             return Ok(None);
@@ -718,7 +733,7 @@ async fn delete_one(
         let admitted = Box::pin(delete_admitted(shared, ctx, key, options, &namespace, &current, matched)).await?;
         let mut store = shared.lock();
         let Some(latest) = store.get(&gr, key) else { return Ok(None) };
-        if !Arc::ptr_eq(&latest, &current) {
+        if !object::same_resource_version(&latest, &current) {
             continue;
         }
         return Ok(remove(&mut store, &gr, key, policy, dry_run, current).map(|obj| (obj, admitted)));
@@ -778,7 +793,7 @@ async fn delete_collection(shared: &Shared, ctx: &Ctx<'_>, options: &Value) -> R
     let keys = {
         let mut store = shared.lock();
         let keys: Vec<ObjectKey> = store
-            .list(&gr, namespace, None)
+            .list_values(&gr, namespace, None)
             .filter(|(_, stored)| selectors::matches(&labels, &fields, &ctx.output(stored)))
             .map(|(k, _)| k.clone())
             .collect();

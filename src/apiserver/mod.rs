@@ -28,6 +28,7 @@ pub mod selectors;
 mod server;
 mod state;
 pub mod store;
+pub mod stored;
 pub mod strategic_merge;
 mod subresources;
 pub mod tls;

@@ -22,6 +22,12 @@ pub fn uid(obj: &Value) -> &str {
     meta_str(obj, "uid").unwrap_or_default()
 }
 
+/// Whether two states of a stored object are the same write: every write gives a new resourceVersion (the store
+/// parses objects afresh on each read, so identity of the parsed values says nothing).
+pub fn same_resource_version(a: &Value, b: &Value) -> bool {
+    meta_str(a, "resourceVersion").is_some_and(|rv| meta_str(b, "resourceVersion") == Some(rv))
+}
+
 /// Whether `metadata.deletionTimestamp` is set.
 pub fn is_deleting(obj: &Value) -> bool {
     meta_str(obj, "deletionTimestamp").is_some()

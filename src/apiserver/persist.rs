@@ -7,13 +7,13 @@
 
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::resources::{self, GroupResource};
 use super::store::Store;
+use super::stored::StoredObject;
 
 const FILE: &str = "apiserver-state.json";
 
@@ -40,26 +40,11 @@ pub enum PersistError {
     },
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Entry {
     group: String,
     resource: String,
     object: Value,
-}
-
-#[derive(Serialize)]
-struct SnapshotOut<'a> {
-    format: u32,
-    #[serde(rename = "resourceVersion")]
-    resource_version: u64,
-    objects: Vec<EntryRef<'a>>,
-}
-
-#[derive(Serialize)]
-struct EntryRef<'a> {
-    group: &'a str,
-    resource: &'a str,
-    object: &'a Value,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +92,7 @@ pub fn load(dir: &Path, history_limit: usize) -> Result<Store, PersistError> {
 }
 
 /// Writes a snapshot of `objects` at `rv` into `dir`.
-pub fn save(dir: &Path, rv: u64, objects: &[(GroupResource, Arc<Value>)]) -> Result<(), PersistError> {
+pub fn save(dir: &Path, rv: u64, objects: &[(GroupResource, StoredObject)]) -> Result<(), PersistError> {
     let io = |action, path: &Path| {
         let path = path.display().to_string();
         move |source| PersistError::Io { action, path, source }
@@ -118,23 +103,30 @@ pub fn save(dir: &Path, rv: u64, objects: &[(GroupResource, Arc<Value>)]) -> Res
     // Secrets are among the objects: the file is the owner's only.
     let file = private_file(&tmp).map_err(io("write", &tmp))?;
     let mut out = BufWriter::new(file);
-    let snapshot = SnapshotOut {
-        format: 1,
-        resource_version: rv,
-        objects: objects
-            .iter()
-            .map(|(gr, obj)| EntryRef { group: &gr.group, resource: &gr.resource, object: obj })
-            .collect(),
-    };
-    serde_json::to_writer(&mut out, &snapshot).map_err(|e| PersistError::Io {
-        action: "write",
-        path: tmp.display().to_string(),
-        source: e.into(),
-    })?;
+    write_snapshot(&mut out, rv, objects).map_err(io("write", &tmp))?;
     out.flush().map_err(io("write", &tmp))?;
     out.get_ref().sync_all().map_err(io("sync", &tmp))?;
     std::fs::rename(&tmp, &path).map_err(io("replace", &path))?;
     Ok(())
+}
+
+/// Writes `{"format":1,"resourceVersion":…,"objects":[{"group":…,"resource":…,"object":…},…]}` with each object's
+/// stored JSON as it is, so a snapshot parses nothing.
+fn write_snapshot(out: &mut impl Write, rv: u64, objects: &[(GroupResource, StoredObject)]) -> std::io::Result<()> {
+    write!(out, "{{\"format\":1,\"resourceVersion\":{rv},\"objects\":[")?;
+    for (i, (gr, obj)) in objects.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        out.write_all(b"{\"group\":")?;
+        serde_json::to_writer(&mut *out, &gr.group)?;
+        out.write_all(b",\"resource\":")?;
+        serde_json::to_writer(&mut *out, &gr.resource)?;
+        out.write_all(b",\"object\":")?;
+        out.write_all(obj.json())?;
+        out.write_all(b"}")?;
+    }
+    out.write_all(b"]}")
 }
 
 /// Creates (or truncates) `path` readable and writable by the owner only, before anything is written to it.
@@ -168,7 +160,7 @@ pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Takes what a snapshot needs under the lock (cheap: reference counts), to serialise outside it.
-pub fn capture(store: &Store) -> (u64, Vec<(GroupResource, Arc<Value>)>) {
+pub fn capture(store: &Store) -> (u64, Vec<(GroupResource, StoredObject)>) {
     (store.rv(), store.all_objects().map(|(gr, obj)| (gr.clone(), obj.clone())).collect())
 }
 
@@ -192,7 +184,13 @@ mod tests {
         let loaded = load(&dir, 10).unwrap();
         assert_eq!(loaded.rv(), rv);
         assert!(loaded.registry.lookup("machine.sapcloud.io", "v1alpha1", "machinesets").is_some());
-        assert!(loaded.get(&ms, &("default".into(), "a".into())).is_some());
+        let key = ("default".to_string(), "a".to_string());
+        let saved = store.stored(&ms, &key).unwrap().json();
+        assert_eq!(loaded.stored(&ms, &key).unwrap().json(), saved, "restored byte for byte");
+        let snapshot: Value = serde_json::from_slice(&std::fs::read(state_file(&dir)).unwrap()).unwrap();
+        assert_eq!(snapshot["format"], 1);
+        assert_eq!(snapshot["resourceVersion"], rv);
+        assert_eq!(snapshot["objects"].as_array().unwrap().len(), 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -264,12 +264,17 @@ impl LabelRequirement {
     /// Whether a set of labels (an object's `metadata.labels`, `None` when absent) satisfies this requirement.
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         let value = labels.and_then(|labels| labels.get(&self.key)).map(label_text);
+        self.matches_text(value.as_deref())
+    }
+
+    /// Whether a label's value as text (`None` when the object lacks the label) satisfies this requirement.
+    fn matches_text(&self, value: Option<&str>) -> bool {
         let has_value = |value: &str| self.values.iter().any(|candidate| candidate == value);
         match (self.operator, value) {
-            (LabelOperator::Equals | LabelOperator::In, Some(value)) => has_value(&value),
+            (LabelOperator::Equals | LabelOperator::In, Some(value)) => has_value(value),
             (LabelOperator::Equals | LabelOperator::In, None) => false,
             // Negative operators hold for objects without the label, as kube's do.
-            (LabelOperator::NotEquals | LabelOperator::NotIn, Some(value)) => !has_value(&value),
+            (LabelOperator::NotEquals | LabelOperator::NotIn, Some(value)) => !has_value(value),
             (LabelOperator::NotEquals | LabelOperator::NotIn, None) => true,
             (LabelOperator::Exists, value) => value.is_some(),
             (LabelOperator::DoesNotExist, value) => value.is_none(),
@@ -290,7 +295,7 @@ impl LabelRequirement {
 
 /// A label's value as text. The server only stores string labels; anything else is read as its JSON text (and a
 /// null as empty, as Go decodes it into a `map[string]string`) rather than rejected here.
-fn label_text(value: &Value) -> Cow<'_, str> {
+pub fn label_text(value: &Value) -> Cow<'_, str> {
     match value {
         Value::String(text) => Cow::Borrowed(text),
         Value::Null => Cow::Borrowed(""),
@@ -599,6 +604,12 @@ impl LabelSelector {
     /// `labels` is the object's `metadata.labels` (None when absent).
     pub fn matches(&self, labels: Option<&Map<String, Value>>) -> bool {
         self.requirements.iter().all(|requirement| requirement.matches(labels))
+    }
+
+    /// Matches with each label's value as text supplied by the caller (`None` when absent), for objects whose
+    /// labels are indexed rather than parsed.
+    pub fn matches_with<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        self.requirements.iter().all(|requirement| requirement.matches_text(label(&requirement.key)))
     }
 
     /// Convenience: matches against the object's metadata.labels.

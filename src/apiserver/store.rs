@@ -5,8 +5,11 @@
 //! resourceVersion order. Deletion side effects (dependents, namespace content, CRD instances) are processed to
 //! a fixpoint before the lock is released: our GC is synchronous where kube-apiserver's is eventual.
 //!
-//! Imports only the object and type layers (`object`, `resources`): never admission, webhooks or anything
-//! serving requests, which all build on it.
+//! Objects are kept as [`StoredObject`]s (compact JSON with indexed metadata): `get` parses one for the requests
+//! that change it, while lists and watches send the stored JSON as it is.
+//!
+//! Imports only the object and type layers (`object`, `stored`, `resources`): never admission, webhooks or
+//! anything serving requests, which all build on it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,6 +19,7 @@ use tokio::sync::broadcast;
 
 use super::object::{self, finalizers, is_deleting, set_finalizers, set_meta};
 use super::resources::{GroupResource, Registry, Special};
+use super::stored::StoredObject;
 
 /// `(namespace, name)`; the namespace is "" for cluster-scoped objects.
 pub type ObjectKey = (String, String);
@@ -51,22 +55,16 @@ pub struct WatchEvent {
     pub gr: GroupResource,
     /// What happened.
     pub kind: EventType,
-    /// The object after the change (the last state for deletions).
-    pub object: Arc<Value>,
+    /// The object after the change (the last state for deletions); shared with the store while current, so the
+    /// history holds copies of superseded versions only.
+    pub object: StoredObject,
     /// The object before the change (modifications only), for selector transitions.
-    pub previous: Option<Arc<Value>>,
-    /// The object serialised once, shared by every watch that sends it unchanged.
-    pub json: std::sync::OnceLock<bytes::Bytes>,
+    pub previous: Option<StoredObject>,
 }
 
 impl WatchEvent {
-    fn new(rv: u64, gr: &GroupResource, kind: EventType, object: Arc<Value>, previous: Option<Arc<Value>>) -> Self {
-        WatchEvent { rv, gr: gr.clone(), kind, object, previous, json: std::sync::OnceLock::new() }
-    }
-
-    /// The object as JSON bytes, serialised on first use.
-    pub fn object_json(&self) -> bytes::Bytes {
-        self.json.get_or_init(|| bytes::Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default())).clone()
+    fn new(rv: u64, gr: &GroupResource, kind: EventType, object: StoredObject, previous: Option<StoredObject>) -> Self {
+        WatchEvent { rv, gr: gr.clone(), kind, object, previous }
     }
 }
 
@@ -97,7 +95,7 @@ pub const CRD_CLEANUP: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 #[derive(Default)]
 struct Collection {
-    objects: BTreeMap<ObjectKey, Arc<Value>>,
+    objects: BTreeMap<ObjectKey, StoredObject>,
     history: VecDeque<Arc<WatchEvent>>,
     /// Events at or below this resourceVersion have left the history.
     compacted: u64,
@@ -200,9 +198,19 @@ impl Store {
         self.rv = self.rv.max(rv);
     }
 
-    /// One object.
+    /// One object, parsed.
     pub fn get(&self, gr: &GroupResource, key: &ObjectKey) -> Option<Arc<Value>> {
-        self.collections.get(gr)?.objects.get(key).cloned()
+        self.stored(gr, key).map(|stored| Arc::new(stored.to_value()))
+    }
+
+    /// One object as stored.
+    pub fn stored(&self, gr: &GroupResource, key: &ObjectKey) -> Option<&StoredObject> {
+        self.collections.get(gr)?.objects.get(key)
+    }
+
+    /// Whether an object exists.
+    pub fn contains(&self, gr: &GroupResource, key: &ObjectKey) -> bool {
+        self.stored(gr, key).is_some()
     }
 
     /// The object with this uid, with its type and key.
@@ -211,13 +219,23 @@ impl Store {
         Some((gr.clone(), key.clone(), self.get(gr, key)?))
     }
 
+    /// Objects of a type in key order, parsed (for the few callers that read them; lists and watches do not).
+    pub fn list_values<'a>(
+        &'a self,
+        gr: &GroupResource,
+        namespace: Option<&'a str>,
+        after: Option<&'a ObjectKey>,
+    ) -> impl Iterator<Item = (&'a ObjectKey, Value)> + 'a {
+        self.list(gr, namespace, after).map(|(key, stored)| (key, stored.to_value()))
+    }
+
     /// Objects of a type in key order, in one namespace or all; starting after `after` (pagination).
     pub fn list<'a>(
         &'a self,
         gr: &GroupResource,
         namespace: Option<&'a str>,
         after: Option<&'a ObjectKey>,
-    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Arc<Value>)> + 'a {
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a StoredObject)> + 'a {
         let objects = self.collections.get(gr).map(|c| &c.objects);
         let start = match (after, namespace) {
             (Some(key), _) => std::ops::Bound::Excluded(key.clone()),
@@ -236,7 +254,7 @@ impl Store {
     }
 
     /// Every stored type and object (persistence).
-    pub fn all_objects(&self) -> impl Iterator<Item = (&GroupResource, &Arc<Value>)> {
+    pub fn all_objects(&self) -> impl Iterator<Item = (&GroupResource, &StoredObject)> {
         self.collections.iter().flat_map(|(gr, c)| c.objects.values().map(move |o| (gr, o)))
     }
 
@@ -270,23 +288,22 @@ impl Store {
         let _ = self.tx.send(event);
     }
 
-    fn index(&mut self, gr: &GroupResource, key: &ObjectKey, obj: &Value, add: bool) {
-        let uid = object::uid(obj).to_string();
+    fn index(&mut self, gr: &GroupResource, key: &ObjectKey, obj: &StoredObject, add: bool) {
+        let uid = obj.uid();
         if !uid.is_empty() {
             if add {
-                self.by_uid.insert(uid, (gr.clone(), key.clone()));
+                self.by_uid.insert(uid.to_string(), (gr.clone(), key.clone()));
             } else {
-                self.by_uid.remove(&uid);
+                self.by_uid.remove(uid);
             }
         }
-        for owner in object::owner_uids(obj) {
-            let deps = self.dependents.entry(owner.clone()).or_default();
+        for owner in obj.owner_uids() {
             if add {
-                deps.insert((gr.clone(), key.clone()));
-            } else {
+                self.dependents.entry(owner.to_string()).or_default().insert((gr.clone(), key.clone()));
+            } else if let Some(deps) = self.dependents.get_mut(owner) {
                 deps.remove(&(gr.clone(), key.clone()));
                 if deps.is_empty() {
-                    self.dependents.remove(&owner);
+                    self.dependents.remove(owner);
                 }
             }
         }
@@ -297,20 +314,20 @@ impl Store {
         self.rv += 1;
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
         let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
-        let obj = Arc::new(obj);
-        self.index(gr, &key, &obj, true);
-        self.check_owners(&obj);
-        self.collections.entry(gr.clone()).or_default().objects.insert(key, obj.clone());
-        self.record(WatchEvent::new(self.rv, gr, EventType::Added, obj.clone(), None));
-        obj
+        let stored = StoredObject::new(&obj);
+        self.index(gr, &key, &stored, true);
+        self.check_owners(&stored);
+        self.collections.entry(gr.clone()).or_default().objects.insert(key, stored.clone());
+        self.record(WatchEvent::new(self.rv, gr, EventType::Added, stored, None));
+        Arc::new(obj)
     }
 
     /// As kube-controller-manager's garbage collector does: an object whose owners do not exist is collected (or
     /// loses the references to the missing ones).
-    fn check_owners(&mut self, obj: &Value) {
-        for owner in object::owner_uids(obj) {
-            if !self.by_uid.contains_key(&owner) {
-                self.tasks.push_back(Task::OwnerGone(owner));
+    fn check_owners(&mut self, obj: &StoredObject) {
+        for owner in obj.owner_uids() {
+            if !self.by_uid.contains_key(owner) {
+                self.tasks.push_back(Task::OwnerGone(owner.to_string()));
             }
         }
     }
@@ -319,15 +336,15 @@ impl Store {
     pub fn restore(&mut self, gr: &GroupResource, obj: Value) {
         self.note_admission_change(gr);
         let key = (object::namespace(&obj).to_string(), object::name(&obj).to_string());
-        let obj = Arc::new(obj);
-        self.index(gr, &key, &obj, true);
-        self.collections.entry(gr.clone()).or_default().objects.insert(key, obj);
+        let stored = StoredObject::new(&obj);
+        self.index(gr, &key, &stored, true);
+        self.collections.entry(gr.clone()).or_default().objects.insert(key, stored);
     }
 
     /// Replaces an existing object. An object being deleted whose last finalizer is gone is removed instead.
     /// Returns the stored object (or the last state, when removed) and whether it was removed.
     pub fn replace(&mut self, gr: &GroupResource, key: &ObjectKey, mut obj: Value) -> (Arc<Value>, bool) {
-        let previous = self.get(gr, key);
+        let previous = self.stored(gr, key).cloned();
         if is_deleting(&obj) && finalizers(&obj).is_empty() && !self.waits_for_namespace_content(gr, &obj) {
             if let Some(prev) = &previous {
                 self.index(gr, key, prev, false);
@@ -339,18 +356,19 @@ impl Store {
         }
         self.rv += 1;
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
-        let obj = Arc::new(obj);
+        let stored = StoredObject::new(&obj);
         if let Some(prev) = &previous {
             self.index(gr, key, prev, false);
         }
-        self.index(gr, key, &obj, true);
-        self.check_owners(&obj);
-        self.collections.entry(gr.clone()).or_default().objects.insert(key.clone(), obj.clone());
-        self.record(WatchEvent::new(self.rv, gr, EventType::Modified, obj.clone(), previous));
-        if is_deleting(&obj) {
+        self.index(gr, key, &stored, true);
+        self.check_owners(&stored);
+        self.collections.entry(gr.clone()).or_default().objects.insert(key.clone(), stored.clone());
+        let deleting = stored.is_deleting();
+        self.record(WatchEvent::new(self.rv, gr, EventType::Modified, stored, previous));
+        if deleting {
             self.tasks.push_back(Task::Finalize(gr.clone(), key.clone()));
         }
-        (obj, false)
+        (Arc::new(obj), false)
     }
 
     fn waits_for_namespace_content(&self, gr: &GroupResource, obj: &Value) -> bool {
@@ -361,14 +379,14 @@ impl Store {
     fn remove(&mut self, gr: &GroupResource, key: &ObjectKey) -> Option<Arc<Value>> {
         let obj = self.collections.get_mut(gr)?.objects.remove(key)?;
         self.index(gr, key, &obj, false);
-        Some(self.finish_removal(gr, key, (*obj).clone()))
+        Some(self.finish_removal(gr, key, obj.to_value()))
     }
 
     fn finish_removal(&mut self, gr: &GroupResource, key: &ObjectKey, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         set_meta(&mut obj, "resourceVersion", json!(self.rv.to_string()));
         let obj = Arc::new(obj);
-        self.record(WatchEvent::new(self.rv, gr, EventType::Deleted, obj.clone(), None));
+        self.record(WatchEvent::new(self.rv, gr, EventType::Deleted, StoredObject::new(&obj), None));
         let uid = object::uid(&obj).to_string();
         if self.dependents.contains_key(&uid) {
             self.tasks.push_back(Task::OwnerGone(uid));
@@ -579,15 +597,14 @@ impl Store {
     fn namespace_progress(&mut self, ns: &str) {
         let ns_gr = GroupResource::new("", "namespaces");
         let ns_key = (String::new(), ns.to_string());
-        let Some(namespace) = self.get(&ns_gr, &ns_key) else { return };
-        if !is_deleting(&namespace) {
+        if !self.stored(&ns_gr, &ns_key).is_some_and(StoredObject::is_deleting) {
             return;
         }
         let mut content = Vec::new();
         for (gr, c) in &self.collections {
             let start = (ns.to_string(), String::new());
             for (key, obj) in c.objects.range(start..).take_while(|(k, _)| k.0 == ns) {
-                if !is_deleting(obj) || finalizers(obj).is_empty() {
+                if !obj.is_deleting() || obj.finalizers().next().is_none() {
                     content.push((gr.clone(), key.clone()));
                 }
             }
@@ -602,10 +619,9 @@ impl Store {
                 spec.remove("finalizers");
             }
             if finalizers(&obj).is_empty() {
-                if let Some(c) = self.collections.get_mut(&ns_gr) {
-                    c.objects.remove(&ns_key);
+                if let Some(stored) = self.collections.get_mut(&ns_gr).and_then(|c| c.objects.remove(&ns_key)) {
+                    self.index(&ns_gr, &ns_key, &stored, false);
                 }
-                self.index(&ns_gr, &ns_key, &namespace, false);
                 self.finish_removal(&ns_gr, &ns_key, obj);
             } else if obj != *namespace {
                 self.replace(&ns_gr, &ns_key, obj);

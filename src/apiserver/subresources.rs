@@ -173,7 +173,7 @@ async fn scale_admitted(
     warnings.extend(webhook::validate(shared.store(), &matched, &review).await?);
     let mut store = shared.lock();
     let latest = ctx.require(&store)?;
-    if !Arc::ptr_eq(&latest, &current) {
+    if !object::same_resource_version(&latest, &current) {
         return Ok(None);
     }
     let response = store_scaled(&mut store, ctx, current, prepared);
@@ -290,13 +290,13 @@ fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, Ap
     let subject = Subject { group: "", resource: "pods", name: &name };
     let pdb_gr = GroupResource::new("policy", "poddisruptionbudgets");
     let pdbs: Vec<(ObjectKey, Value)> = store
-        .list(&pdb_gr, Some(&ns), None)
+        .list_values(&pdb_gr, Some(&ns), None)
         .filter(|(_, pdb)| {
             pdb.pointer("/spec/selector")
                 .and_then(|s| LabelSelector::from_json(s).ok())
                 .is_some_and(|s| !s.is_empty() && s.matches_object(&pod))
         })
-        .map(|(k, v)| (k.clone(), (**v).clone()))
+        .map(|(k, v)| (k.clone(), v))
         .collect();
     if pdbs.len() > 1 {
         return Err(ApiError::internal(
@@ -309,8 +309,8 @@ fn evict_now(shared: &Shared, ctx: &Ctx<'_>, body: Value) -> Result<Response, Ap
         let selector = pdb.pointer("/spec/selector").and_then(|s| LabelSelector::from_json(s).ok()).unwrap_or_default();
         let covered: Vec<Value> = store
             .list(&ctx.rt.gr, Some(&ns), None)
-            .filter(|(_, p)| selector.matches_object(p))
-            .map(|(_, p)| (**p).clone())
+            .filter(|(_, p)| selector.matches_with(|key| p.label(key)))
+            .map(|(_, p)| p.to_value())
             .collect();
         let (healthy, desired, expected) = budget(&pdb, &covered)
             .map_err(|e| ApiError::internal(format!("PodDisruptionBudget {} is invalid: {e}", pdb_key.1)))?;

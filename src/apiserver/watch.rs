@@ -21,12 +21,12 @@ use tokio::sync::{broadcast, mpsc};
 use super::context::Ctx;
 use super::convert;
 use super::error::ApiError;
-use super::object;
 use super::printing;
 use super::resources::{GroupResource, ResourceType};
 use super::selectors::{self, FieldSelector, LabelSelector};
 use super::state::Shared;
 use super::store::{EventType, WatchEvent};
+use super::stored::StoredObject;
 
 /// Which events a watch wants, and in which form.
 struct Filter {
@@ -46,17 +46,20 @@ struct Filter {
 }
 
 impl Filter {
-    fn served(&self, stored: &Value) -> Option<Value> {
-        self.convert.then(|| convert::to_version(&self.rt, &self.version, stored))
+    /// The object as this watch serves it: parsed, and converted when its version asks.
+    fn served(&self, stored: &StoredObject) -> Value {
+        let object = stored.to_value();
+        if self.convert { convert::to_version(&self.rt, &self.version, &object) } else { object }
     }
 
-    fn matches(&self, stored: &Value) -> bool {
-        if self.namespace.as_deref().is_some_and(|ns| object::namespace(stored) != ns) {
+    fn matches(&self, stored: &StoredObject) -> bool {
+        if self.namespace.as_deref().is_some_and(|ns| stored.namespace() != ns) {
             return false;
         }
-        match self.served(stored) {
-            Some(served) => selectors::matches(&self.labels, &self.fields, &served),
-            None => selectors::matches(&self.labels, &self.fields, stored),
+        // Most watches select by labels, name or namespace at most: the index answers without parsing.
+        match stored.matches_indexed(&self.labels, &self.fields).filter(|_| !self.convert) {
+            Some(matched) => matched,
+            None => selectors::matches(&self.labels, &self.fields, &self.served(stored)),
         }
     }
 
@@ -70,7 +73,7 @@ impl Filter {
             EventType::Added => now.then_some("ADDED"),
             EventType::Deleted => now.then_some("DELETED"),
             EventType::Modified => {
-                let before = event.previous.as_deref().is_some_and(|p| self.matches(p));
+                let before = event.previous.as_ref().is_some_and(|p| self.matches(p));
                 match (before, now) {
                     (true, true) => Some("MODIFIED"),
                     (false, true) => Some("ADDED"),
@@ -81,30 +84,23 @@ impl Filter {
         }
     }
 
-    fn encode(&self, kind: &str, event: Option<&WatchEvent>, object: &Value) -> Bytes {
-        let mut out = Vec::with_capacity(256);
+    fn encode(&self, kind: &str, object: &StoredObject) -> Bytes {
+        let mut out = Vec::with_capacity(object.json().len() + 32);
         out.extend_from_slice(b"{\"type\":\"");
         out.extend_from_slice(kind.as_bytes());
         out.extend_from_slice(b"\",\"object\":");
         if let Some(table) = &self.table {
             let headers = !self.headers_sent.swap(true, Ordering::Relaxed);
-            let served = self.served(object);
-            let table = table.object_table(served.as_ref().unwrap_or(object), headers);
+            let table = table.object_table(&self.served(object), headers);
             out.extend_from_slice(&serde_json::to_vec(&table).unwrap_or_default());
-            out.extend_from_slice(b"}\n");
-            return Bytes::from(out);
-        }
-        if let Some(version) = self.metadata_only {
-            out.extend_from_slice(
-                &serde_json::to_vec(&printing::partial_metadata(object, version)).unwrap_or_default(),
-            );
-            out.extend_from_slice(b"}\n");
-            return Bytes::from(out);
-        }
-        match (self.served(object), event) {
-            (Some(served), _) => out.extend_from_slice(&serde_json::to_vec(&served).unwrap_or_default()),
-            (None, Some(event)) => out.extend_from_slice(&event.object_json()),
-            (None, None) => out.extend_from_slice(&serde_json::to_vec(object).unwrap_or_default()),
+        } else if let Some(version) = self.metadata_only {
+            let metadata = printing::partial_metadata(&object.to_value(), version);
+            out.extend_from_slice(&serde_json::to_vec(&metadata).unwrap_or_default());
+        } else if self.convert {
+            out.extend_from_slice(&serde_json::to_vec(&self.served(object)).unwrap_or_default());
+        } else {
+            // As stored: what serde_json would write for the parsed object, without parsing it.
+            out.extend_from_slice(object.json());
         }
         out.extend_from_slice(b"}\n");
         Bytes::from(out)
@@ -138,7 +134,7 @@ fn error_event(error: &ApiError) -> Bytes {
 
 /// What the watch sends before live events.
 struct Start {
-    initial: Vec<Arc<Value>>,
+    initial: Vec<StoredObject>,
     replay: Vec<Arc<WatchEvent>>,
     rx: broadcast::Receiver<Arc<WatchEvent>>,
     cursor: u64,
@@ -208,7 +204,7 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
             }
         };
         for obj in &start.initial {
-            if tx.send(Ok(filter.encode("ADDED", None, obj))).await.is_err() {
+            if tx.send(Ok(filter.encode("ADDED", obj))).await.is_err() {
                 return;
             }
         }
@@ -218,7 +214,7 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
         for event in &start.replay {
             start.cursor = event.rv;
             if let Some(kind) = filter.event_type(event)
-                && tx.send(Ok(filter.encode(kind, Some(event), &event.object))).await.is_err()
+                && tx.send(Ok(filter.encode(kind, &event.object))).await.is_err()
             {
                 return;
             }
@@ -237,7 +233,7 @@ pub async fn serve(shared: Arc<Shared>, ctx: &Ctx<'_>) -> Result<Response, ApiEr
                             tokio::time::sleep(lag).await;
                         }
                         if let Some(kind) = filter.event_type(&event)
-                            && tx.send(Ok(filter.encode(kind, Some(&event), &event.object))).await.is_err()
+                            && tx.send(Ok(filter.encode(kind, &event.object))).await.is_err()
                         {
                             return;
                         }

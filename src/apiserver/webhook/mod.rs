@@ -124,22 +124,25 @@ impl Set {
     fn compile(store: &Store) -> Self {
         let mut set = Set::default();
         // The store lists by (namespace, name): configurations come sorted by name.
-        for (_, stored) in store.list(&GroupResource::new(ADMISSION_GROUP, "mutatingwebhookconfigurations"), None, None)
+        for (_, stored) in
+            store.list_values(&GroupResource::new(ADMISSION_GROUP, "mutatingwebhookconfigurations"), None, None)
         {
-            match serde_json::from_value::<MutatingWebhookConfiguration>((**stored).clone()) {
+            let name = object::name(&stored).to_string();
+            match serde_json::from_value::<MutatingWebhookConfiguration>(stored) {
                 Ok(config) => {
                     let hooks = config.webhooks.unwrap_or_default().into_iter();
                     set.mutating.extend(hooks.map(|w| Arc::new(Hook::compile(w, true))));
                 }
                 Err(e) => {
-                    tracing::warn!(name = object::name(stored), error = %e, "unusable MutatingWebhookConfiguration")
+                    tracing::warn!(name = %name, error = %e, "unusable MutatingWebhookConfiguration")
                 }
             }
         }
         for (_, stored) in
-            store.list(&GroupResource::new(ADMISSION_GROUP, "validatingwebhookconfigurations"), None, None)
+            store.list_values(&GroupResource::new(ADMISSION_GROUP, "validatingwebhookconfigurations"), None, None)
         {
-            match serde_json::from_value::<ValidatingWebhookConfiguration>((**stored).clone()) {
+            let name = object::name(&stored).to_string();
+            match serde_json::from_value::<ValidatingWebhookConfiguration>(stored) {
                 Ok(config) => {
                     let hooks = config.webhooks.unwrap_or_default().into_iter().map(|w| MutatingWebhook {
                         admission_review_versions: w.admission_review_versions,
@@ -158,7 +161,7 @@ impl Set {
                     set.validating.extend(hooks.map(|w| Arc::new(Hook::compile(w, false))));
                 }
                 Err(e) => {
-                    tracing::warn!(name = object::name(stored), error = %e, "unusable ValidatingWebhookConfiguration")
+                    tracing::warn!(name = %name, error = %e, "unusable ValidatingWebhookConfiguration")
                 }
             }
         }
@@ -394,16 +397,14 @@ fn selected(hook: &Hook, matched: &Matched, review: &Review) -> Result<bool, Api
 fn resolve(store: &SharedStore, namespace: &str, name: &str, port: i32) -> Result<std::net::SocketAddr, String> {
     let store = store.lock();
     let service = store.get(&GroupResource::new("", "services"), &(namespace.to_string(), name.to_string()));
-    let slices: Vec<Arc<Value>> = store
+    let slices: Vec<Value> = store
         .list(&GroupResource::new("discovery.k8s.io", "endpointslices"), Some(namespace), None)
-        .filter(|(_, s)| {
-            s.pointer("/metadata/labels/kubernetes.io~1service-name").and_then(Value::as_str) == Some(name)
-        })
-        .map(|(_, s)| s.clone())
+        .filter(|(_, s)| s.label("kubernetes.io/service-name") == Some(name))
+        .map(|(_, s)| s.to_value())
         .collect();
     let endpoints = store.get(&GroupResource::new("", "endpoints"), &(namespace.to_string(), name.to_string()));
     drop(store);
-    let slices: Vec<&Value> = slices.iter().map(|s| &**s).collect();
+    let slices: Vec<&Value> = slices.iter().collect();
     call::resolve_service(name, port, service.as_deref(), &slices, endpoints.as_deref())
 }
 
