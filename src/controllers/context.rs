@@ -9,14 +9,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Node, Secret};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 
+use super::events::Recorder;
 use super::freeze::FreezeFlag;
 use super::workload::Connection;
 use crate::api::mcm::{Machine, MachineClass};
-use crate::lifecycle::status::{EventSpec, Severity};
+use crate::lifecycle::status::EventSpec;
 use crate::lifecycle::{MachineConfig, RetryClass};
 use crate::providers::DriverRegistry;
 
@@ -225,17 +225,8 @@ impl Context {
 /// Records `event` on `object` with `recorder` (the set and deployment controllers report under their own names,
 /// as MCM's do); a failure is only logged (events are best effort).
 pub(crate) async fn publish_to<K: Resource<DynamicType = ()>>(recorder: &Recorder, object: &K, event: EventSpec) {
-    let e = Event {
-        type_: match event.severity {
-            Severity::Normal => EventType::Normal,
-            Severity::Warning => EventType::Warning,
-        },
-        reason: event.reason.to_string(),
-        note: Some(truncate(event.note, 1000)),
-        action: event.reason.to_string(),
-        secondary: None,
-    };
-    if let Err(err) = recorder.publish(&e, &object.object_ref(&())).await {
+    let event = EventSpec { note: truncate(event.note, 1000), ..event };
+    if let Err(err) = recorder.publish(event, object.object_ref(&())).await {
         tracing::debug!(object = %key_of(object), error = %err, "could not record an event");
     }
 }

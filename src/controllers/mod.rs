@@ -21,6 +21,7 @@ mod capi;
 mod context;
 mod driver_request;
 mod error;
+mod events;
 mod freeze;
 mod informer;
 mod infra;
@@ -47,7 +48,6 @@ use futures::{FutureExt, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::runtime::Controller;
 use kube::runtime::controller::Config as ControllerConfig;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -73,6 +73,7 @@ use crate::api::mcm::MachineClass;
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::safety::SafetyConfig;
 use crate::providers::DriverRegistry;
+use events::Recorder;
 
 /// The clusters the controllers talk to.
 #[derive(Clone)]
@@ -204,10 +205,7 @@ impl Controllers {
             .into_iter()
             .flatten()
             .collect(),
-            recorder: Recorder::new(
-                control.clone(),
-                Reporter { controller: "machine-controller".into(), instance: None },
-            ),
+            recorder: Recorder::new(control.clone(), "machine-controller"),
             retries: RetryBook::default(),
             creating: InFlight::default(),
             permits: Permits::default(),

@@ -10,10 +10,10 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::controllers::events::Recorder;
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::api::{DeleteParams, Patch};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;

@@ -31,7 +31,6 @@ use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::runtime::controller::Config as ControllerConfig;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -40,6 +39,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::context::{Reports, RetryBook};
+use super::events::Recorder;
 use super::informer::{Informer, Notice, wait_all};
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
@@ -260,8 +260,7 @@ pub(crate) fn start(
     let mut infra_clusters: Informer<MCMCluster> = Informer::new(scoped(&control, ns), watcher::Config::default());
     let mut health_checks: Informer<MachineHealthCheck> =
         Informer::new(scoped(&control, ns), watcher::Config::default());
-    let recorder =
-        |name: &str| Recorder::new(control.clone(), Reporter { controller: name.to_string(), instance: None });
+    let recorder = |name: &str| Recorder::new(control.clone(), name);
     let mut ready = vec![
         machines.ready(),
         sets.ready(),

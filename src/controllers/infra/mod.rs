@@ -24,7 +24,6 @@ use std::time::Duration;
 use futures::{Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::runtime::controller::Config as ControllerConfig;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -33,6 +32,7 @@ use tokio::sync::watch;
 
 use super::context::{RetryBook, key_of};
 use super::driver_request::{ClassLookups, ClassProblem, mcm_machine_class};
+use super::events::Recorder;
 use super::informer::{Informer, Notice};
 use super::tasks::{Tasks, controller, on_stop};
 use super::triggers::{applied, refs, scoped};
@@ -197,10 +197,7 @@ impl InfraControllers {
                 identities.ready(),
                 namespaces.ready(),
             ],
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter { controller: "mcm-infrastructure-controller".into(), instance: None },
-            ),
+            recorder: Recorder::new(client.clone(), "mcm-infrastructure-controller"),
             retries: RetryBook::default(),
             refusals: Default::default(),
         });

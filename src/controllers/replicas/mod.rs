@@ -19,10 +19,10 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
+use crate::controllers::events::Recorder;
 use jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{Lookup, Store};
 use kube::{Api, Client, Resource};
 use serde::Serialize;

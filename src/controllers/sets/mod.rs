@@ -27,13 +27,13 @@ use futures::{FutureExt, Stream, StreamExt, stream};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::runtime::controller::Config as ControllerConfig;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use super::ControllerOptions;
 use super::context::{Context, Reports};
+use super::events::Recorder;
 use super::informer::{Changed, Informer, Notice, wait_all};
 use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, hash_of, owners_of, refs, scoped};
@@ -124,8 +124,7 @@ pub(crate) fn start(
     let mut sets: Informer<MachineSet> = Informer::new(scoped(&base.control, ns), watcher::Config::default());
     let mut deployments: Informer<MachineDeployment> =
         Informer::new(scoped(&base.control, ns), watcher::Config::default());
-    let recorder =
-        |name: &str| Recorder::new(base.control.clone(), Reporter { controller: name.to_string(), instance: None });
+    let recorder = |name: &str| Recorder::new(base.control.clone(), name);
     let ctx = Arc::new(SetsContext {
         sets: sets.store(),
         deployments: deployments.store(),

@@ -815,7 +815,10 @@ async fn logs_debug_output_and_errors_never_show_secrets() {
     driver.delete_machine(&world.request("logged", &class, Some(&created.provider_id))).await.unwrap();
 
     let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    assert!(logs.contains("create: instance launched"), "the capture works: {logs}");
+    // The SDK's spans prove the capture works. Our own "create: instance launched" line is usually there too, but
+    // not always under a loaded test binary: tracing's global callsite cache can still race with another test's
+    // subscriber registering at the same moment, which the rebuild above narrows but cannot close.
+    assert!(logs.contains("EC2.RunInstances"), "the capture works: {logs}");
     let shown = format!(
         "{logs}\n{driver:?}\n{request:?}\n{list:?}\n{errors:?}\n{}",
         errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n")
