@@ -149,6 +149,18 @@ pub fn merge_conditions(list: &mut Vec<Condition>, new: Vec<Condition>) {
     }
 }
 
+/// Our change of a conditions list (`old` -> `new`, as read from our cache) carried onto `fresh`, the list as the
+/// server holds it now: conditions we set or changed replace those of the same type, conditions we dropped go, and
+/// every other condition in `fresh` (written meanwhile by someone else: a health check, a user's tool) stays. What
+/// CAPI's patch helper does with conditions when a status write conflicts.
+pub fn rebase_conditions(old: &[Condition], new: &[Condition], fresh: &[Condition]) -> Vec<Condition> {
+    let removed = |c: &Condition| old.iter().any(|o| o.type_ == c.type_) && !new.iter().any(|n| n.type_ == c.type_);
+    let mut out: Vec<Condition> = fresh.iter().filter(|c| !removed(c)).cloned().collect();
+    let changed = new.iter().filter(|n| old.iter().find(|o| o.type_ == n.type_) != Some(*n)).cloned().collect();
+    merge_conditions(&mut out, changed);
+    out
+}
+
 fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     now.duration_since(since).try_into().unwrap_or(Duration::ZERO)
 }
@@ -1215,6 +1227,48 @@ mod tests {
                 cluster_deleting: false,
             });
             assert_eq!(step, expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_conflicting_status_write_keeps_conditions_others_wrote() {
+        let now = Timestamp::UNIX_EPOCH;
+        let c = |type_: &str, status: bool| condition(&[], type_, status, "R", "", now);
+        // (name, old as cached, new as decided, fresh from the server, expected types with their statuses)
+        let cases: Vec<(&str, Vec<Condition>, Vec<Condition>, Vec<Condition>, Vec<(&str, &str)>)> = vec![
+            (
+                "a foreign condition written meanwhile stays beside ours",
+                vec![c("Ready", false)],
+                vec![c("Ready", true)],
+                vec![c("Ready", false), c("DiskHealthy", false)],
+                vec![("Ready", "True"), ("DiskHealthy", "False")],
+            ),
+            (
+                "a condition we did not change keeps the server's newer value",
+                vec![c("Ready", true), c("HealthCheckSucceeded", true)],
+                vec![c("Ready", false), c("HealthCheckSucceeded", true)],
+                vec![c("Ready", true), c("HealthCheckSucceeded", false)],
+                vec![("Ready", "False"), ("HealthCheckSucceeded", "False")],
+            ),
+            (
+                "a condition we dropped goes, one we never knew stays",
+                vec![c("Deleting", true), c("Ready", true)],
+                vec![c("Ready", true)],
+                vec![c("Deleting", true), c("Ready", true), c("OwnerRemediated", false)],
+                vec![("Ready", "True"), ("OwnerRemediated", "False")],
+            ),
+            (
+                "nothing changed: the server's list as it is",
+                vec![c("Ready", true)],
+                vec![c("Ready", true)],
+                vec![c("X", true)],
+                vec![("X", "True")],
+            ),
+        ];
+        for (name, old, new, fresh, expected) in cases {
+            let got = rebase_conditions(&old, &new, &fresh);
+            let got: Vec<(&str, &str)> = got.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+            assert_eq!(got, expected, "{name}");
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::drain::{self, DrainError, DrainOptions};
 use crate::lifecycle::capi_bootstrap::{BootstrapPlan, Config, POLL, config_ref, plan_bootstrap};
 use crate::lifecycle::capi_machine::{
     DeletionObservation, DeletionStep, MACHINE_FINALIZER, MachineObservation, condition, deletion_step, infra_adoption,
-    merge_conditions, phase, plan_machine,
+    merge_conditions, phase, plan_machine, rebase_conditions,
 };
 use crate::lifecycle::status::EventSpec;
 use crate::lifecycle::status_patch;
@@ -174,13 +174,33 @@ pub(super) fn error_policy(m: Arc<Machine>, error: &Error, ctx: Arc<CapiContext>
     Action::requeue(ctx.retries.fail(&format!("capi-machine:{key}"), error.retry_class(), &ctx.config, None))
 }
 
+///
+/// A merge patch replaces `conditions` whole, so a write that changes them is guarded by the resourceVersion read:
+/// when someone else wrote the Machine meanwhile (a health check, a user's tool setting its own condition), our
+/// change is carried onto the server's list (`rebase_conditions`) and written once more, instead of erasing theirs.
 async fn write_status(api: &Api<Machine>, m: &Machine, old: &MachineStatus, new: &MachineStatus) -> Result<(), Error> {
-    if let Some(patch) = status_patch(old, new) {
-        api.patch_status(&m.name_any(), &params(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::kube("patch status of", describe(m), e))?;
+    let Some(mut patch) = status_patch(old, new) else { return Ok(()) };
+    if patch["status"].get("conditions").is_none() {
+        return patch_status(api, m, &patch).await;
     }
-    Ok(())
+    patch["metadata"] = json!({"resourceVersion": m.resource_version()});
+    match patch_status(api, m, &patch).await {
+        Err(e) if e.is_conflict() => {}
+        other => return other,
+    }
+    let fresh = api.get_status(&m.name_any()).await.map_err(|e| Error::kube("read the status of", describe(m), e))?;
+    let conditions = |s: Option<&MachineStatus>| s.and_then(|s| s.conditions.clone()).unwrap_or_default();
+    let rebased = rebase_conditions(&conditions(Some(old)), &conditions(Some(new)), &conditions(fresh.status.as_ref()));
+    patch["status"]["conditions"] = json!(rebased);
+    patch["metadata"] = json!({"resourceVersion": fresh.resource_version()});
+    patch_status(api, m, &patch).await
+}
+
+async fn patch_status(api: &Api<Machine>, m: &Machine, patch: &serde_json::Value) -> Result<(), Error> {
+    api.patch_status(&m.name_any(), &params(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::kube("patch status of", describe(m), e))
 }
 
 /// Sets phase Deleting and the `Deleting` condition (and, with `drain_started`, `status.deletion.nodeDrainStartTime`).

@@ -22,19 +22,29 @@ fn running(m: &Machine) -> bool {
         && condition(m, "Ready").is_some_and(|(s, _)| s == "True")
 }
 
-/// Marks machine `name` with a failing `DiskHealthy` condition (a condition nothing of ours writes).
+/// Marks machine `name` with a failing `DiskHealthy` condition (a condition nothing of ours writes), as a tool
+/// would: the list written whole, guarded by the version read, read again after a conflict.
 async fn fail_disk(machines: &Api<Machine>, name: &str) {
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let m = machines.get(name).await.unwrap();
-    let mut conditions = m.status.and_then(|s| s.conditions).unwrap_or_default();
-    conditions.push(
-        serde_json::from_value(json!({
-            "type": "DiskHealthy", "status": "False", "reason": "DiskFull", "message": "", "lastTransitionTime": now,
-        }))
-        .unwrap(),
-    );
-    let patch = Patch::Merge(json!({"status": {"conditions": conditions}}));
-    machines.patch_status(name, &PatchParams::default(), &patch).await.unwrap();
+    for _ in 0..20 {
+        let m = machines.get(name).await.unwrap();
+        let version = m.resource_version();
+        let mut conditions = m.status.and_then(|s| s.conditions).unwrap_or_default();
+        conditions.push(
+            serde_json::from_value(json!({
+                "type": "DiskHealthy", "status": "False", "reason": "DiskFull", "message": "", "lastTransitionTime": now,
+            }))
+            .unwrap(),
+        );
+        let patch =
+            Patch::Merge(json!({"metadata": {"resourceVersion": version}, "status": {"conditions": conditions}}));
+        match machines.patch_status(name, &PatchParams::default(), &patch).await {
+            Ok(_) => return,
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => panic!("marking {name}: {e}"),
+        }
+    }
+    panic!("marking {name}: conflicts 20 times in a row");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
