@@ -14,15 +14,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::Api;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PartialObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::BenchError;
 use super::process::{Controllers, ProcessConfig, ProcessMemory, Side, served_calls, setup, wait_until_quiet};
 use super::report::MachinesReport;
+use crate::api::mcm::names::SCALE_DOWN_DISABLED_BY_MCM;
 use crate::api::mcm::{Machine, MachineDeployment, MachinePhase};
 use crate::apiserver::Shared;
 use crate::apiserver::faults::Faults;
@@ -248,6 +251,8 @@ struct Scenario {
     shared: std::sync::Arc<Shared>,
     store: Store<Machine>,
     watch: tokio::task::JoinHandle<()>,
+    nodes: Store<PartialObjectMeta<Node>>,
+    node_watch: tokio::task::JoinHandle<()>,
 }
 
 impl Scenario {
@@ -266,9 +271,20 @@ impl Scenario {
                 .default_backoff()
                 .for_each(|_| futures::future::ready(())),
         );
+        // The Nodes' metadata only: what tells the end of a rollout (its marks lifted).
+        let (nodes, node_writer) = reflector::store();
+        let node_watch = tokio::spawn(
+            reflector(
+                node_writer,
+                watcher(Api::<PartialObjectMeta<Node>>::all(env.client.clone()), watcher::Config::default()),
+            )
+            .default_backoff()
+            .for_each(|_| futures::future::ready(())),
+        );
         create_namespace(&env.client, NAMESPACE).await?;
         store.wait_until_ready().await.map_err(|e| BenchError::Setup(e.to_string()))?;
-        Ok(Scenario { sizes, client: env.client.clone(), shared, store, watch })
+        nodes.wait_until_ready().await.map_err(|e| BenchError::Setup(e.to_string()))?;
+        Ok(Scenario { sizes, client: env.client.clone(), shared, store, watch, nodes, node_watch })
     }
 
     /// The API server's request counter, for waiting until newly started controllers are quiet.
@@ -299,6 +315,18 @@ impl Scenario {
         let rolled =
             |m: &Machine| m.metadata.labels.as_ref().and_then(|l| l.get("rev")).map(String::as_str) == Some("2");
         wait_all_running(&self.store, self.sizes.machines, self.sizes.timeout, "the rolling update", rolled).await?;
+        // The rollout ends with its marks lifted from the new Nodes (MCM's scale-down protection): part of it,
+        // not of the rest that follows.
+        let marked = || self.nodes.state().iter().any(|n| n.annotations().contains_key(SCALE_DOWN_DISABLED_BY_MCM));
+        while marked() {
+            if started.elapsed() > self.sizes.timeout {
+                return Err(BenchError::NotDone {
+                    what: "the rollout's marks lifted from the Nodes",
+                    after: self.sizes.timeout,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         Ok((started.elapsed(), RequestCounts::from_server(&self.shared.faults)))
     }
 
@@ -323,6 +351,7 @@ impl Scenario {
 impl Drop for Scenario {
     fn drop(&mut self) {
         self.watch.abort();
+        self.node_watch.abort();
     }
 }
 
