@@ -70,6 +70,7 @@ pub(crate) async fn merge<K>(api: &Api<K>, object: &K, patch: &Value, action: &'
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    tracing::debug!(object = %describe(object), "{action}");
     let written = api
         .patch(&object.name_any(), &patch_params(), &Patch::Merge(patch))
         .await
@@ -83,6 +84,7 @@ pub(crate) async fn strategic<K>(api: &Api<K>, object: &K, patch: &Value, action
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    tracing::debug!(object = %describe(object), "{action}");
     let written = api
         .patch(&object.name_any(), &patch_params(), &Patch::Strategic(patch))
         .await
@@ -96,6 +98,7 @@ pub(crate) async fn merge_status<K>(api: &Api<K>, object: &K, patch: &Value, act
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
+    tracing::debug!(object = %describe(object), "{action}");
     let written = api
         .patch_status(&object.name_any(), &patch_params(), &Patch::Merge(patch))
         .await

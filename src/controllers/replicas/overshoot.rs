@@ -7,6 +7,7 @@
 //! status (guarded by the resourceVersion: the set and deployment controllers write the same condition lists).
 //! Machine additions arriving in a burst (a set creating a hundred machines) make one sweep, not a hundred.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -87,10 +88,14 @@ async fn sweep<F: Flavour>(f: &F) -> Result<(), Error> {
     let mut written = WrittenBy::<F>::default();
     let mut failure = None;
     let now = Timestamp::now();
-    let sets: Vec<mcm::MachineSet> = f.sets().state().iter().map(|s| F::set_to_hub(s).into_owned()).collect();
-    let deployments: Vec<mcm::MachineDeployment> =
-        f.deployments().state().iter().map(|d| F::deployment_to_hub(d).into_owned()).collect();
-    let machines: Vec<mcm::Machine> = f.machines().state().iter().map(|m| f.machine_to_hub(m).into_owned()).collect();
+    // Views borrowed from the stores (the MCM flavour's are the cached objects themselves): a sweep runs after
+    // every burst of additions, and copying every Machine each time made creation quadratic in the count.
+    let (stored_sets, stored_deployments, stored_machines) =
+        (f.sets().state(), f.deployments().state(), f.machines().state());
+    let sets: Vec<Cow<'_, mcm::MachineSet>> = stored_sets.iter().map(|s| F::set_to_hub(s)).collect();
+    let deployments: Vec<Cow<'_, mcm::MachineDeployment>> =
+        stored_deployments.iter().map(|d| F::deployment_to_hub(d)).collect();
+    let machines: Vec<Cow<'_, mcm::Machine>> = stored_machines.iter().map(|m| f.machine_to_hub(m)).collect();
     let namespaces: BTreeMap<String, ()> = sets
         .iter()
         .map(|s| (s.namespace().unwrap_or_default(), ()))
@@ -99,10 +104,11 @@ async fn sweep<F: Flavour>(f: &F) -> Result<(), Error> {
     let options = f.set_options().freeze;
     for namespace in namespaces.keys() {
         let in_ns = |ns: Option<String>| ns.as_deref() == Some(namespace.as_str());
-        let ns_sets: Vec<&mcm::MachineSet> = sets.iter().filter(|s| in_ns(s.namespace())).collect();
+        let ns_sets: Vec<&mcm::MachineSet> = sets.iter().map(|s| s.as_ref()).filter(|s| in_ns(s.namespace())).collect();
         let ns_deployments: Vec<&mcm::MachineDeployment> =
-            deployments.iter().filter(|d| in_ns(d.namespace())).collect();
-        let ns_machines: Vec<&mcm::Machine> = machines.iter().filter(|m| in_ns(m.namespace())).collect();
+            deployments.iter().map(|d| d.as_ref()).filter(|d| in_ns(d.namespace())).collect();
+        let ns_machines: Vec<&mcm::Machine> =
+            machines.iter().map(|m| m.as_ref()).filter(|m| in_ns(m.namespace())).collect();
         let facts: Vec<SetFreezeFacts<'_>> = ns_sets
             .iter()
             .map(|s| SetFreezeFacts {

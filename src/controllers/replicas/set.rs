@@ -73,8 +73,8 @@ pub(crate) async fn run<F: Flavour>(f: &F, observed: &F::Set, written: &mut Writ
     }
     if !deleting {
         let propagations = {
-            let views: Vec<mcm::Machine> = machines.iter().map(|m| f.machine_to_hub(m).into_owned()).collect();
-            plan_propagation(&hub, &views)
+            let views: Vec<_> = machines.iter().map(|m| f.machine_to_hub(m)).collect();
+            plan_propagation(&hub, views.iter().map(|m| m.as_ref()))
         };
         for p in propagations {
             let Some(patch) = F::machine_patch(&p.patch) else { continue };

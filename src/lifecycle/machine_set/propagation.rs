@@ -36,12 +36,12 @@ pub struct MachinePatch {
 }
 
 /// Plans the patches that bring every active machine in line with the set's template.
-pub fn plan_propagation(set: &MachineSet, machines: &[Machine]) -> Vec<MachinePatch> {
+pub fn plan_propagation<'a>(set: &MachineSet, machines: impl IntoIterator<Item = &'a Machine>) -> Vec<MachinePatch> {
     let Some(template) = set.spec.template.as_ref().and_then(|t| t.spec.as_ref()) else {
         return Vec::new();
     };
     machines
-        .iter()
+        .into_iter()
         .filter(|m| active(m))
         .filter_map(|m| {
             let mut desired = m.spec.clone();
