@@ -174,8 +174,7 @@ pub(super) fn error_policy(m: Arc<Machine>, error: &Error, ctx: Arc<CapiContext>
     Action::requeue(ctx.retries.fail(&format!("capi-machine:{key}"), error.retry_class(), &ctx.config, None))
 }
 
-///
-/// A merge patch replaces `conditions` whole, so a write that changes them is guarded by the resourceVersion read:
+/// Writes the status change `old` -> `new`. A merge patch replaces `conditions` whole, so a write that changes them is guarded by the resourceVersion read:
 /// when someone else wrote the Machine meanwhile (a health check, a user's tool setting its own condition), our
 /// change is carried onto the server's list (`rebase_conditions`) and written once more, instead of erasing theirs.
 async fn write_status(api: &Api<Machine>, m: &Machine, old: &MachineStatus, new: &MachineStatus) -> Result<(), Error> {

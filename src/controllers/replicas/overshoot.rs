@@ -89,7 +89,7 @@ async fn sweep<F: Flavour>(f: &F) -> Result<(), Error> {
     let mut failure = None;
     let now = Timestamp::now();
     // Views borrowed from the stores (the MCM flavour's are the cached objects themselves): a sweep runs after
-    // every burst of additions, and copying every Machine each time made creation quadratic in the count.
+    // every burst of additions, and copying every Machine each time was a tenth of a 1,000-machine run's CPU.
     let (stored_sets, stored_deployments, stored_machines) =
         (f.sets().state(), f.deployments().state(), f.machines().state());
     let sets: Vec<Cow<'_, mcm::MachineSet>> = stored_sets.iter().map(|s| F::set_to_hub(s)).collect();
