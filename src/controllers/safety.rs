@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::{FutureExt, Stream, StreamExt};
 use jiff::Timestamp;
@@ -23,11 +23,11 @@ use kube::api::ListParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::context::{Context, key_of};
+use super::context::{Context, key_of, lock};
 use super::driver_request::{class_info, class_secrets};
 use super::error::Error;
 use super::informer::{Changed, Notice};
@@ -89,7 +89,11 @@ pub(crate) struct Safety {
 /// The orphan collections' schedule, shared by the MCM-flavour and the infrastructure collectors: `collect` runs
 /// once `ready` resolves (reason `start`), then every [`SafetyConfig::orphan_period`] (`period`), and on a trigger
 /// (its reason) no sooner than [`SafetyConfig::orphan_trigger_cooldown`] after the previous collection. Triggers
-/// arriving meanwhile are folded into that collection. Ends when `stop` turns `true`.
+/// arriving before a collection starts are folded into it. Ends when `stop` turns `true`.
+///
+/// `triggers` is read all the time, also while a collection or a cooldown runs: its source is an informer's
+/// notice queue, and every notice left in it holds a version of an object (a 10,000-machine rollout's worth of
+/// Machines), where only "something happened" needs keeping.
 pub(crate) async fn schedule_orphan_collections<F, Fut>(
     ready: impl Future<Output = ()>,
     stop: &watch::Receiver<bool>,
@@ -100,27 +104,49 @@ pub(crate) async fn schedule_orphan_collections<F, Fut>(
     F: FnMut(String) -> Fut,
     Fut: Future<Output = ()>,
 {
-    tokio::select! {
-        () = ready => {}
-        () = on_stop(stop) => return,
-    }
-    let mut reason = "start".to_string();
-    loop {
-        collect(reason).await;
-        let last = Instant::now();
+    // The first reason since the last collection began, and a wake-up for each trigger.
+    let pending = Mutex::new(None::<String>);
+    let woken = Notify::new();
+    let read_triggers = async {
+        while let Some(why) = triggers.next().await {
+            lock(&pending).get_or_insert(why);
+            woken.notify_one();
+        }
+        // No more triggers (the informer stopped): the period and the stop still hold.
+        std::future::pending::<()>().await;
+    };
+    let schedule = async {
         tokio::select! {
+            () = ready => {}
             () = on_stop(stop) => return,
-            () = tokio::time::sleep(config.orphan_period()) => reason = "period".to_string(),
-            Some(why) = triggers.next() => {
-                tokio::select! {
-                    () = on_stop(stop) => return,
-                    () = tokio::time::sleep_until(last + config.orphan_trigger_cooldown) => {}
+        }
+        let mut reason = "start".to_string();
+        loop {
+            lock(&pending).take();
+            collect(reason).await;
+            let last = Instant::now();
+            let triggered = async {
+                // A wake-up whose trigger the last collection already covered is not one.
+                while lock(&pending).is_none() {
+                    woken.notified().await;
                 }
-                // What else came meanwhile is covered by this collection.
-                while let Some(Some(_)) = triggers.next().now_or_never() {}
-                reason = why;
+            };
+            tokio::select! {
+                () = on_stop(stop) => return,
+                () = tokio::time::sleep(config.orphan_period()) => reason = "period".to_string(),
+                () = triggered => {
+                    tokio::select! {
+                        () = on_stop(stop) => return,
+                        () = tokio::time::sleep_until(last + config.orphan_trigger_cooldown) => {}
+                    }
+                    reason = lock(&pending).take().unwrap_or_else(|| "trigger".to_string());
+                }
             }
         }
+    };
+    tokio::select! {
+        () = schedule => {}
+        () = read_triggers => {}
     }
 }
 
@@ -478,6 +504,50 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn triggers_are_read_while_a_collection_runs() {
+        let config = SafetyConfig::default();
+        let (_stop_tx, stop) = watch::channel(false);
+        let (trigger_tx, trigger_rx) = mpsc::unbounded_channel::<String>();
+        let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let gate = Arc::new(Notify::new());
+        let (ran_tx, mut ran) = mpsc::unbounded_channel();
+        let counted = read.clone();
+        let held = gate.clone();
+        tokio::spawn(async move {
+            let collect = |reason: String| {
+                let (gate, ran_tx) = (held.clone(), ran_tx.clone());
+                async move {
+                    let start = reason == "start";
+                    ran_tx.send(reason).unwrap();
+                    if start {
+                        gate.notified().await;
+                    }
+                }
+            };
+            let triggers = UnboundedReceiverStream::new(trigger_rx).inspect(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            });
+            schedule_orphan_collections(futures::future::ready(()), &stop, &config, triggers, collect).await;
+        });
+        assert_eq!(ran.recv().await.unwrap(), "start");
+        for i in 0..1000 {
+            trigger_tx.send(format!("deleted {i}")).unwrap();
+        }
+        // The start collection is still running, and the queue is read meanwhile (paused time: this is a bound
+        // on the schedule's own steps, not a wall-clock wait).
+        tokio::time::timeout(Duration::from_secs(1), async {
+            while read.load(std::sync::atomic::Ordering::SeqCst) < 1000 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("every trigger read while the collection runs");
+        gate.notify_one();
+        assert_eq!(ran.recv().await.unwrap(), "deleted 0", "one collection for all that came during the first");
+        assert_eq!(ran.recv().await.unwrap(), "period");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn orphan_collections_run_at_start_after_a_cooldown_on_triggers_and_every_period() {
         let config = SafetyConfig::default();
         let (stop_tx, stop) = watch::channel(false);
@@ -494,9 +564,11 @@ mod tests {
             schedule_orphan_collections(futures::future::ready(()), &stop, &config, triggers, collect).await;
         });
         assert_eq!(ran.recv().await.unwrap(), ("start".to_string(), Duration::ZERO));
-        trigger_tx.send("first".into()).unwrap();
-        trigger_tx.send("second".into()).unwrap();
-        assert_eq!(ran.recv().await.unwrap(), ("first".to_string(), cooldown), "one collection for both triggers");
+        // A rollout's worth of deletions: more than tokio's cooperative budget of one poll.
+        for i in 0..1000 {
+            trigger_tx.send(if i == 0 { "first".into() } else { format!("then {i}") }).unwrap();
+        }
+        assert_eq!(ran.recv().await.unwrap(), ("first".to_string(), cooldown), "one collection for all triggers");
         assert_eq!(ran.recv().await.unwrap(), ("period".to_string(), cooldown + period));
         stop_tx.send(true).unwrap();
         schedule.await.unwrap();
