@@ -33,6 +33,7 @@ use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_conflict, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::replicas::settle::Unsettled;
 use crate::controllers::sets::SetOptions;
 use crate::controllers::workload::Connection;
 use crate::controllers::writes::{guarded, patch_params};
@@ -74,6 +75,9 @@ impl Flavour for CapiContext {
     }
     fn retries(&self) -> &RetryBook {
         &self.retries
+    }
+    fn unsettled(&self) -> &Unsettled<Machine, MachineSet, MachineDeployment> {
+        &self.unsettled
     }
     fn config(&self) -> &MachineConfig {
         &self.config

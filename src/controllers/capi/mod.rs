@@ -41,6 +41,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::context::{Reports, RetryBook};
 use super::events::Recorder;
 use super::informer::{Informer, Notice, wait_all};
+use super::replicas::settle::Unsettled;
 use super::sets::SetOptions;
 use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, owners_of, refs, scoped};
@@ -187,6 +188,8 @@ pub(crate) struct CapiContext {
     pub reported: Reports,
     /// Bootstrap config kinds found by discovery.
     pub kinds: bootstrap::ReferencedKinds,
+    /// Writes of earlier passes the stores have not shown yet.
+    pub unsettled: Unsettled<Machine, MachineSet, MachineDeployment>,
 }
 
 impl CapiContext {
@@ -303,6 +306,7 @@ pub(crate) fn start(
         options: options.sets.clone(),
         reported: Reports::default(),
         kinds: bootstrap::ReferencedKinds::default(),
+        unsettled: Unsettled::default(),
     });
     let shutdown = || on_stop(&stop);
     let config = ControllerConfig::default().concurrency(options.concurrent_syncs);

@@ -13,6 +13,7 @@ pub(crate) mod set;
 pub(crate) mod settle;
 
 pub(crate) use deployment::WrittenBy;
+use settle::Unsettled;
 
 use std::borrow::Cow;
 use std::fmt::Debug;
@@ -93,6 +94,8 @@ pub(crate) trait Flavour: Send + Sync {
     fn config(&self) -> &MachineConfig;
     /// Back-off per object.
     fn retries(&self) -> &RetryBook;
+    /// Writes of earlier passes the stores have not shown yet, per set and deployment.
+    fn unsettled(&self) -> &Unsettled<Self::Machine, Self::Set, Self::Deployment>;
     /// The MachineDeployment decisions' options.
     fn deployment_options(&self) -> DeploymentOptions;
     /// How the set controllers and the overshoot freeze run.
@@ -211,9 +214,24 @@ pub(crate) trait Flavour: Send + Sync {
     ) -> impl Future<Output = Result<Option<Self::Set>, Error>> + Send;
 }
 
-/// Waits until the flavour's stores show every write of a pass (see [`settle::Written::settle`]).
-pub(crate) async fn settle<F: Flavour>(f: &F, written: WrittenBy<F>, what: &str) {
-    written.settle(f.machines(), f.sets(), f.deployments(), what).await;
+/// Waits until the flavour's stores show every write of a pass (see [`settle::Written::settle`]); what they do
+/// not show in time is returned.
+pub(crate) async fn settle<F: Flavour>(f: &F, written: WrittenBy<F>, what: &str) -> Option<WrittenBy<F>> {
+    written.settle(f.machines(), f.sets(), f.deployments(), what).await
+}
+
+/// A set's or deployment's pass, settled: what the stores did not show in time is carried to `key`'s next pass.
+async fn settle_pass<F: Flavour>(f: &F, written: WrittenBy<F>, key: &str) {
+    if let Some(unseen) = settle(f, written, key).await {
+        f.unsettled().carry(key, unseen);
+    }
+}
+
+/// Whether `key`'s pass must wait for an earlier one's writes first (when to look again).
+fn held<F: Flavour>(f: &F, key: &str) -> Option<Action> {
+    let again = f.unsettled().hold(key, f.machines(), f.sets(), f.deployments())?;
+    tracing::debug!(object = %key, "waiting for the watches to show an earlier pass's writes");
+    Some(Action::requeue(again))
 }
 
 /// One MachineDeployment pass with its bookkeeping: the pass, the stores settled (also after an error, so the
@@ -225,9 +243,13 @@ pub(crate) async fn deployment_pass<F: Flavour>(
     now: Timestamp,
 ) -> Result<Action, Error> {
     let key = key_of(d);
+    let carried = format!("deployment:{key}");
+    if let Some(later) = held(f, &carried) {
+        return Ok(later);
+    }
     let mut written = WrittenBy::<F>::default();
     let result = deployment::run(f, d, hub, now, &mut written).await;
-    settle(f, written, &key).await;
+    settle_pass(f, written, &carried).await;
     let next = result?;
     f.retries().reset(&format!("{}deployment:{key}", F::RETRY_PREFIX));
     let resync = f.config().resync;
@@ -238,9 +260,13 @@ pub(crate) async fn deployment_pass<F: Flavour>(
 /// machines and then failed must not create them again); a failed creation or deletion backs off.
 pub(crate) async fn set_pass<F: Flavour>(f: &F, set: &F::Set) -> Result<Action, Error> {
     let key = key_of(set);
+    let carried = format!("set:{key}");
+    if let Some(later) = held(f, &carried) {
+        return Ok(later);
+    }
     let mut written = WrittenBy::<F>::default();
     let result = set::run(f, set, &mut written).await;
-    settle(f, written, &key).await;
+    settle_pass(f, written, &carried).await;
     let gate = format!("{}set-create:{key}", F::RETRY_PREFIX);
     Ok(if result? {
         // Creating or deleting machines failed: the condition says so; try again with back-off.

@@ -6,10 +6,19 @@
 //!
 //! This is what MCM's expectations were for (they are recorded but the check is commented out there). The wait
 //! is bounded: a watch that is down must not hold a worker forever, so after [`LIMIT`] the reconcile ends anyway
-//! and says so in the log.
+//! and says so in the log. What it wrote is carried to the object's next reconciles ([`Unsettled`]): they count
+//! nothing until the stores show it (as upstream Kubernetes' controllers wait for their expectations), for at most
+//! [`CARRY_LIMIT`]. A controller slower than its watch (10,000 machines on two cores) would otherwise act on a
+//! view without its last batch and create that batch again.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Mutex;
 use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::controllers::context::lock;
 
 use kube::Resource;
 use kube::runtime::reflector::{Lookup, ObjectRef, Store};
@@ -20,6 +29,12 @@ use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
 const LIMIT: Duration = Duration::from_secs(10);
 /// How often the stores are looked at while waiting.
 const POLL: Duration = Duration::from_millis(5);
+/// How long an object's later reconciles wait for the writes of one the stores did not show in time before they go
+/// on regardless: upstream Kubernetes' `ExpectationsTimeout`, so a watch that lost an event (a machine created and
+/// deleted before the store saw it) holds a set for minutes, not for good.
+pub(crate) const CARRY_LIMIT: Duration = Duration::from_secs(5 * 60);
+/// How soon a reconcile held by unseen writes looks again.
+pub(crate) const CARRY_RETRY: Duration = Duration::from_secs(1);
 
 /// What the store must show.
 #[derive(Debug)]
@@ -146,28 +161,91 @@ where
         wait(what, || pending.iter().all(|e| e.seen(machines))).await;
     }
 
-    /// Waits (at most [`LIMIT`]) until the stores show every write.
-    pub(crate) async fn settle(self, machines: &Store<M>, sets: &Store<S>, deployments: &Store<D>, what: &str) {
+    /// Whether the stores show every write.
+    fn seen(&self, machines: &Store<M>, sets: &Store<S>, deployments: &Store<D>) -> bool {
+        self.machines.iter().all(|e| e.seen(machines))
+            && self.sets.iter().all(|e| e.seen(sets))
+            && self.deployments.iter().all(|e| e.seen(deployments))
+    }
+
+    /// Waits (at most [`LIMIT`]) until the stores show every write; what they do not show by then is returned,
+    /// for the object's next reconcile to wait for ([`Unsettled::carry`]).
+    pub(crate) async fn settle(
+        self,
+        machines: &Store<M>,
+        sets: &Store<S>,
+        deployments: &Store<D>,
+        what: &str,
+    ) -> Option<Self> {
         if self.machines.is_empty() && self.sets.is_empty() && self.deployments.is_empty() {
-            return;
+            return None;
         }
-        wait(what, || {
-            self.machines.iter().all(|e| e.seen(machines))
-                && self.sets.iter().all(|e| e.seen(sets))
-                && self.deployments.iter().all(|e| e.seen(deployments))
-        })
-        .await;
+        match wait(what, || self.seen(machines, sets, deployments)).await {
+            true => None,
+            false => Some(self),
+        }
     }
 }
 
-pub(crate) async fn wait(what: &str, mut done: impl FnMut() -> bool) {
+/// Waits (at most [`LIMIT`]) until `done`; whether it came.
+pub(crate) async fn wait(what: &str, mut done: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + LIMIT;
     while !done() {
         if tokio::time::Instant::now() >= deadline {
-            tracing::warn!(object = %what, "the watches did not show this reconcile's writes within {LIMIT:?}; going on");
-            return;
+            tracing::warn!(object = %what, "the watches did not show this reconcile's writes within {LIMIT:?}");
+            return false;
         }
         tokio::time::sleep(POLL).await;
+    }
+    true
+}
+
+/// Writes of a reconcile the stores did not show in time, and when it ended.
+type Carried<M, S, D> = (Written<M, S, D>, Instant);
+
+/// Writes of earlier reconciles the stores did not show in time, per object (its key).
+pub(crate) struct Unsettled<M = Machine, S = MachineSet, D = MachineDeployment> {
+    pending: Mutex<HashMap<String, Carried<M, S, D>>>,
+}
+
+impl<M, S, D> Default for Unsettled<M, S, D> {
+    fn default() -> Self {
+        Unsettled { pending: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<M, S, D> Unsettled<M, S, D>
+where
+    M: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+    S: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+    D: Resource<DynamicType = ()> + Lookup<DynamicType = ()> + Clone + 'static,
+{
+    /// Keeps what a reconcile of `key` wrote and the stores did not show, for its next reconciles.
+    pub(crate) fn carry(&self, key: &str, written: Written<M, S, D>) {
+        lock(&self.pending).insert(key.to_string(), (written, Instant::now()));
+    }
+
+    /// Whether a reconcile of `key` must wait for an earlier one's writes: `Some(when to look again)` while the
+    /// stores do not show them and they are younger than [`CARRY_LIMIT`]; `None` (and forgotten) otherwise.
+    pub(crate) fn hold(
+        &self,
+        key: &str,
+        machines: &Store<M>,
+        sets: &Store<S>,
+        deployments: &Store<D>,
+    ) -> Option<Duration> {
+        let mut pending = lock(&self.pending);
+        let (written, since) = pending.get(key)?;
+        if written.seen(machines, sets, deployments) {
+            pending.remove(key);
+            return None;
+        }
+        if since.elapsed() >= CARRY_LIMIT {
+            tracing::warn!(object = %key, "the watches never showed an earlier reconcile's writes; going on without them");
+            pending.remove(key);
+            return None;
+        }
+        Some(CARRY_RETRY)
     }
 }
 
@@ -216,5 +294,37 @@ mod tests {
             changed(&machine("a", "2", false), &machine("a", "2", false)).is_none(),
             "no-op writes wait for nothing"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_whose_writes_were_not_shown_holds_the_next_until_they_are_or_too_long() {
+        let mut writer: Writer<Machine> = Writer::default();
+        let machines = writer.as_reader();
+        let (sets, deployments) = (Writer::<MachineSet>::default().as_reader(), Writer::default().as_reader());
+        let unsettled: Unsettled = Unsettled::default();
+        let hold = |key| unsettled.hold(key, &machines, &sets, &deployments);
+        assert_eq!(hold("set:ns/s"), None, "nothing carried");
+
+        // A pass created machine "a"; the store had not shown it when the pass ended.
+        let mut written: Written = Written::default();
+        written.machine_created(&machine("a", "1", false));
+        let unseen = written.settle(&machines, &sets, &deployments, "ns/s").await.expect("not shown within LIMIT");
+        unsettled.carry("set:ns/s", unseen);
+        assert_eq!(hold("set:ns/s"), Some(CARRY_RETRY), "the next pass waits");
+        assert_eq!(hold("set:ns/other"), None, "other objects do not");
+        writer.apply_watcher_event(&watcher::Event::Apply(machine("a", "1", false)));
+        assert_eq!(hold("set:ns/s"), None, "shown: the pass goes on");
+        writer.apply_watcher_event(&watcher::Event::Delete(machine("a", "1", false)));
+        assert_eq!(hold("set:ns/s"), None, "and the carried writes are forgotten");
+
+        // A machine the store never shows (created and deleted before the watch saw it) holds for CARRY_LIMIT.
+        let mut written: Written = Written::default();
+        written.machine_created(&machine("b", "1", false));
+        unsettled.carry("set:ns/s", written);
+        tokio::time::advance(CARRY_LIMIT - Duration::from_secs(1)).await;
+        assert_eq!(hold("set:ns/s"), Some(CARRY_RETRY));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(hold("set:ns/s"), None, "waited long enough");
+        assert_eq!(hold("set:ns/s"), None);
     }
 }

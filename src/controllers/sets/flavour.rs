@@ -25,6 +25,7 @@ use crate::controllers::context::RetryBook;
 use crate::controllers::context::{key_of, publish_to};
 use crate::controllers::error::{Error, is_not_found};
 use crate::controllers::replicas::Flavour;
+use crate::controllers::replicas::settle::Unsettled;
 use crate::controllers::sets::SetOptions;
 use crate::controllers::workload::Connection;
 use crate::controllers::writes::{MANAGER, patch_params};
@@ -58,6 +59,9 @@ impl Flavour for SetsContext {
     }
     fn retries(&self) -> &RetryBook {
         &self.base.retries
+    }
+    fn unsettled(&self) -> &Unsettled {
+        &self.unsettled
     }
     fn config(&self) -> &MachineConfig {
         &self.base.config

@@ -11,7 +11,8 @@
 //!   changes of its machines and their Nodes that its decisions read.
 //! - Read-your-writes (`controllers::replicas::settle`): a reconcile waits until the shared stores show what it wrote before it ends,
 //!   so the next reconcile of the object (kube-runtime never runs two at once) never acts on a stale view — the
-//!   expectations MCM records but never checks.
+//!   expectations MCM records but never checks. Writes not shown within the wait are carried: the object's next
+//!   reconciles wait for them (up to upstream's five-minute expectations timeout) instead of counting without them.
 //! - The overshoot sweep ([`overshoot`]) is a task: every `--machine-safety-overshooting-period` and whenever a
 //!   Machine appears.
 
@@ -35,6 +36,7 @@ use super::ControllerOptions;
 use super::context::{Context, Reports};
 use super::events::Recorder;
 use super::informer::{Changed, Informer, Notice, wait_all};
+use super::replicas::settle::Unsettled;
 use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, hash_of, owners_of, refs, scoped};
 use crate::api::mcm::names::NODE_LABEL;
@@ -87,6 +89,8 @@ pub(crate) struct SetsContext {
     pub options: SetOptions,
     /// Invalid MachineSets reported.
     pub reported: Reports,
+    /// Writes of earlier passes the stores have not shown yet.
+    pub unsettled: Unsettled,
 }
 
 impl SetsContext {
@@ -134,6 +138,7 @@ pub(crate) fn start(
         safety_events: recorder("machine-controller-manager"),
         options: options.sets.clone(),
         reported: Reports::default(),
+        unsettled: Unsettled::default(),
         base,
     });
 
