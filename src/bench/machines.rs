@@ -60,17 +60,22 @@ pub struct MachinesBench {
     pub boot: Duration,
     /// After the rolling update, how long to stay idle and count writes and cloud calls (zero: no rest phase).
     pub rest: Duration,
+    /// Whether to run the rolling update (not for runs that only measure creation, such as 10,000 machines).
+    pub rolling_update: bool,
 }
 
 impl MachinesBench {
     /// The line that opens every report of this scenario.
     pub(super) fn header(&self) -> String {
         format!(
-            "machines: {} in {} MachineDeployments (bootSeconds {}), rolling update with maxSurge {}%\n",
+            "machines: {} in {} MachineDeployments (bootSeconds {}), {}\n",
             self.machines,
             self.deployments.max(1),
             self.boot.as_secs_f64(),
-            self.surge_percent
+            match self.rolling_update {
+                true => format!("rolling update with maxSurge {}%", self.surge_percent),
+                false => "no rolling update".to_string(),
+            }
         )
     }
 
@@ -209,7 +214,7 @@ impl RequestCounts {
 }
 
 /// One measured phase of the scenario.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct PhaseFigures {
     /// From the first write until every machine was Running (and current); the rest phase's length.
     pub elapsed: Duration,
@@ -234,7 +239,8 @@ pub(super) struct RunFigures {
     /// The server's time per write, from the probe before the scenario.
     pub write_time: Duration,
     pub create: PhaseFigures,
-    pub roll: PhaseFigures,
+    /// Unless `--no-rolling-update`.
+    pub roll: Option<PhaseFigures>,
     /// With `rest` > 0.
     pub rest: Option<PhaseFigures>,
     pub vms_created: u64,
@@ -496,8 +502,12 @@ pub(super) async fn run(
             wait_until_quiet(|| scenario.total_requests(), || running.alive()).await?;
             progress("creating");
             let create = measured(&mut running, scenario.create()).await?;
-            progress("rolling update");
-            let roll = measured(&mut running, scenario.roll()).await?;
+            let roll = if sizes.rolling_update {
+                progress("rolling update");
+                Some(measured(&mut running, scenario.roll()).await?)
+            } else {
+                None
+            };
             let rest = if sizes.rest.is_zero() {
                 None
             } else {
@@ -580,6 +590,7 @@ mod tests {
             timeout: Duration::ZERO,
             boot: Duration::ZERO,
             rest: Duration::ZERO,
+            rolling_update: true,
         };
         assert_eq!(sizes.per_deployment(), vec![4, 3, 3]);
         let none = MachinesBench { deployments: 0, ..sizes };

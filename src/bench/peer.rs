@@ -77,6 +77,10 @@ fn ratio(ours: f64, upstream: f64) -> String {
 
 fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigures) -> String {
     let n = bench.sizes.machines;
+    // `--peer` always runs the rolling update (the CLI refuses `--no-rolling-update` with it).
+    let not_run = PhaseFigures::default();
+    let (upstream_roll, ours_roll) =
+        (upstream.roll.as_ref().unwrap_or(&not_run), ours.roll.as_ref().unwrap_or(&not_run));
     let mut rows: Vec<[String; 4]> = Vec::new();
     let mut row = |what: &str, up: f64, us: f64, format: &dyn Fn(f64) -> String| {
         rows.push([what.to_string(), format(up), format(us), ratio(us, up)]);
@@ -84,8 +88,7 @@ fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigur
     let secs = |v: f64| format!("{v:.2} s");
     let count = |v: f64| format!("{v:.0}");
     let per = |v: f64| format!("{v:.1}");
-    for (phase, up, us) in [("create", &upstream.create, &ours.create), ("rolling update", &upstream.roll, &ours.roll)]
-    {
+    for (phase, up, us) in [("create", &upstream.create, &ours.create), ("rolling update", upstream_roll, ours_roll)] {
         row(&format!("{phase}: time to all Running"), up.elapsed.as_secs_f64(), us.elapsed.as_secs_f64(), &secs);
         row(
             &format!("{phase}: API requests per machine"),
@@ -98,8 +101,8 @@ fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigur
     let memory = |v: f64| mib(v as u64);
     row(
         "peak memory of the controller processes",
-        upstream.roll.peak_total().unwrap_or(0) as f64,
-        ours.roll.peak_total().unwrap_or(0) as f64,
+        upstream_roll.peak_total().unwrap_or(0) as f64,
+        ours_roll.peak_total().unwrap_or(0) as f64,
         &memory,
     );
     let header = ["", label, "ours", "ours / upstream"].map(String::from);
@@ -111,9 +114,8 @@ fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigur
     ));
     out.push_str(&table(&[vec![header], rows].concat(), Align::Right));
     // The peaks when the processes were stopped: at the end of the rolling update.
-    let peaks = |side: &RunFigures| {
-        side.roll
-            .memory
+    let peaks = |roll: &PhaseFigures| {
+        roll.memory
             .iter()
             .map(|m| format!("{} {}", m.process, m.peak_bytes.map_or("?".to_string(), mib)))
             .collect::<Vec<_>>()
@@ -123,16 +125,16 @@ fn report(bench: &PeerBench, label: &str, upstream: &RunFigures, ours: &RunFigur
         "API requests exclude the kubelet simulator's Node writes; peak memory is VmHWM per process: upstream {}, \
          ours {}\nVMs created/deleted: upstream {}/{}, ours {}/{}\nbusiest requests, create: upstream {}; ours {}\n\
          busiest requests, rolling update: upstream {}; ours {}\n",
-        peaks(upstream),
-        peaks(ours),
+        peaks(upstream_roll),
+        peaks(ours_roll),
         upstream.vms_created,
         upstream.vms_deleted,
         ours.vms_created,
         ours.vms_deleted,
         busiest(&upstream.create),
         busiest(&ours.create),
-        busiest(&upstream.roll),
-        busiest(&ours.roll),
+        busiest(upstream_roll),
+        busiest(ours_roll),
     ));
     out
 }
@@ -161,7 +163,7 @@ mod tests {
         RunFigures {
             write_time: Duration::from_micros(100),
             create: phase.clone(),
-            roll: phase,
+            roll: Some(phase),
             rest: None,
             vms_created: 10,
             vms_deleted: 0,
@@ -179,6 +181,7 @@ mod tests {
                 timeout: Duration::ZERO,
                 boot: Duration::ZERO,
                 rest: Duration::ZERO,
+                rolling_update: true,
             },
             peer: "mcm-peer".into(),
             ours: "mcm".into(),

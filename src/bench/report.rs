@@ -114,6 +114,18 @@ fn ratio_row(name: String, measured: Duration, bound: Option<Duration>, limit: f
     }
 }
 
+/// A row whose phase this run left out (`--no-rolling-update`).
+fn not_run(name: String, target: String, limit: f64) -> Target {
+    Target {
+        name,
+        measured: None,
+        shown: "n/a (--no-rolling-update)".into(),
+        target,
+        limit: Some(limit),
+        verdict: Verdict::NotApplicable,
+    }
+}
+
 fn at_most_row(name: String, measured: f64, shown: String, limit: f64, target: String) -> Target {
     Target {
         name,
@@ -132,7 +144,8 @@ fn mcm_run_peak(phase: &PhaseFigures) -> Option<u64> {
 
 impl MachinesReport {
     fn last_phase(&self) -> &PhaseFigures {
-        self.figures.rest.as_ref().unwrap_or(&self.figures.roll)
+        let f = &self.figures;
+        f.rest.as_ref().or(f.roll.as_ref()).unwrap_or(&f.create)
     }
 
     /// The targets of issue #25 beside this run's figures.
@@ -152,11 +165,16 @@ impl MachinesReport {
             "n/a (no write time)",
         ));
         for (name, phase, limit) in [
-            ("API requests per created machine (no kubelet Node writes)", &f.create, 8.0),
-            ("API requests per replaced machine (no kubelet Node writes)", &f.roll, 20.0),
+            ("API requests per created machine (no kubelet Node writes)", Some(&f.create), 8.0),
+            ("API requests per replaced machine (no kubelet Node writes)", f.roll.as_ref(), 20.0),
         ] {
-            let per = phase.requests.controllers_per_machine(n);
-            rows.push(at_most_row(name.into(), per, format!("{per:.1}"), limit, format!("<= {limit}")));
+            rows.push(match phase {
+                Some(phase) => {
+                    let per = phase.requests.controllers_per_machine(n);
+                    at_most_row(name.into(), per, format!("{per:.1}"), limit, format!("<= {limit}"))
+                }
+                None => not_run(name.into(), format!("<= {limit}"), limit),
+            });
         }
         let limit = 100.0;
         let memory_name = "`mcm run` peak resident memory (VmHWM); the target is at 10,000 Running".to_string();
@@ -191,17 +209,21 @@ impl MachinesReport {
                 verdict: Verdict::NotApplicable,
             },
         });
-        rows.push(ratio_row(
-            format!(
-                "rolling update / ideal: ceil(100/{}) waves x boot {:.1} s",
-                sizes.surge_percent,
-                sizes.boot.as_secs_f64()
+        let roll_name = format!(
+            "rolling update / ideal: ceil(100/{}) waves x boot {:.1} s",
+            sizes.surge_percent,
+            sizes.boot.as_secs_f64()
+        );
+        rows.push(match &f.roll {
+            Some(roll) => ratio_row(
+                roll_name,
+                roll.elapsed,
+                ideal_roll(sizes.surge_percent, sizes.boot),
+                1.2,
+                "n/a (needs --boot > 0)",
             ),
-            f.roll.elapsed,
-            ideal_roll(sizes.surge_percent, sizes.boot),
-            1.2,
-            "n/a (needs --boot > 0)",
-        ));
+            None => not_run(roll_name, "<= 1.2x".into(), 1.2),
+        });
         let rest = sizes.rest.as_secs_f64();
         let period = SafetyConfig::default().orphan_vms_period;
         // One orphan collection per class per safety period, plus one a trigger may still owe from the update.
@@ -284,11 +306,13 @@ impl MachinesReport {
             ),
             &f.create,
         );
-        phase(
-            &mut out,
-            format!("rolling update: {n} machines replaced in {:.2} s", f.roll.elapsed.as_secs_f64()),
-            &f.roll,
-        );
+        if let Some(roll) = &f.roll {
+            phase(
+                &mut out,
+                format!("rolling update: {n} machines replaced in {:.2} s", roll.elapsed.as_secs_f64()),
+                roll,
+            );
+        }
         if let Some(rest) = &f.rest {
             phase(&mut out, format!("at rest for {:.0} s", rest.elapsed.as_secs_f64()), rest);
         }
@@ -327,7 +351,7 @@ impl MachinesReport {
             "min_writes_per_machine": MIN_WRITES_PER_MACHINE,
             "lower_bound_seconds": lower_bound(n, f.write_time, self.sizes.boot).as_secs_f64(),
             "create": phase_json(&f.create, n),
-            "rolling_update": phase_json(&f.roll, n),
+            "rolling_update": f.roll.as_ref().map(|p| phase_json(p, n)),
             "rest": f.rest.as_ref().map(|p| phase_json(p, n)),
             "vms": {"created": f.vms_created, "deleted": f.vms_deleted},
             "machines_by_phase": f.by_phase,
@@ -427,6 +451,7 @@ mod tests {
             timeout: Duration::ZERO,
             boot: Duration::from_secs(boot),
             rest: if rest.is_some() { Duration::from_secs(30) } else { Duration::ZERO },
+            rolling_update: true,
         };
         MachinesReport {
             sizes,
@@ -440,7 +465,7 @@ mod tests {
                 // 100 machines x 4 writes x 1 ms = 0.4 s.
                 write_time: Duration::from_millis(1),
                 create: phase(1, 900, 100, 500, 300, 60),
-                roll: phase(24, 2_500, 200, 1_500, 550, 80),
+                roll: Some(phase(24, 2_500, 200, 1_500, 550, 80)),
                 rest,
                 vms_created: 200,
                 vms_deleted: 100,
@@ -487,7 +512,7 @@ mod tests {
             assert!(t.shown.starts_with("n/a (needs --"), "{t:?}");
         }
         let big = MachinesReport {
-            figures: RunFigures { roll: phase(24, 2_500, 200, 1_500, 550, 120), ..report(0, None, true).figures },
+            figures: RunFigures { roll: Some(phase(24, 2_500, 200, 1_500, 550, 120)), ..report(0, None, true).figures },
             ..report(0, None, true)
         };
         assert_eq!(big.targets()[3].verdict, Verdict::Miss, "over the limit at any size");
@@ -508,6 +533,29 @@ mod tests {
         assert!(table.iter().all(|l| l.chars().count() >= width), "{text}");
         assert!(text.contains("mcm run peak 90 MiB, now 45 MiB"), "{text}");
         assert!(text.contains("one `mcm run` process"), "{text}");
+    }
+
+    #[test]
+    fn without_the_rolling_update_its_rows_say_so_and_memory_is_the_creation_s() {
+        let mut created = report(0, None, true);
+        created.sizes.rolling_update = false;
+        created.figures.roll = None;
+        let targets = created.targets();
+        for t in [&targets[2], &targets[4]] {
+            assert_eq!(
+                (t.measured, t.verdict, t.shown.as_str()),
+                (None, Verdict::NotApplicable, "n/a (--no-rolling-update)")
+            );
+        }
+        assert_eq!(targets[3].measured, Some(60.0), "the peak at the end of the creation");
+        let text = created.text();
+        assert!(
+            text.starts_with("machines: 100 in 2 MachineDeployments (bootSeconds 0), no rolling update\n"),
+            "{text}"
+        );
+        assert!(!text.contains("rolling update: "), "{text}");
+        let json: Value = serde_json::from_str(&created.json()).unwrap();
+        assert_eq!(json["rolling_update"], Value::Null);
     }
 
     #[test]

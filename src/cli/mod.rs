@@ -97,6 +97,10 @@ enum BenchCommand {
         /// memory figures are `mcm run`'s alone.
         #[arg(long)]
         controllers_process: bool,
+        /// No rolling update: the run measures the creation (and `--rest` after it). For the runs that measure
+        /// creation and memory at scale (10,000 machines), where the update would take most of the time.
+        #[arg(long, conflicts_with = "peer")]
+        no_rolling_update: bool,
         /// Print the report as one JSON document (figures, targets, verdicts) instead of text.
         #[arg(long, conflicts_with = "peer")]
         json: bool,
@@ -268,6 +272,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             boot,
             rest,
             controllers_process,
+            no_rolling_update,
             json,
             peer,
             kube_api_qps,
@@ -283,6 +288,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 timeout: timeout.0,
                 boot: boot.0,
                 rest: rest.0,
+                rolling_update: !no_rolling_update,
             };
             let progress = |line: &str| eprintln!("mcm bench: {line}");
             let report = match peer {
