@@ -14,6 +14,7 @@ mod driver;
 mod flags;
 mod mcm_flags;
 mod migrate;
+pub mod progress;
 mod run_args;
 pub mod status;
 
@@ -311,7 +312,8 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 boot: boot.0,
                 rest: rest.0,
             };
-            let progress = |line: &str| eprintln!("mcm bench: {line}");
+            let mut phases = progress::Shared::stderr(&runtime);
+            let progress = |line: &str| phases.start(&format!("mcm bench: {line}"));
             let report = match peer {
                 Some(peer) => {
                     let ours = std::env::current_exe().map_err(CliError::CurrentExe)?;
@@ -332,6 +334,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                     if json { report.json() } else { report.text() }
                 }
             };
+            phases.close();
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
         }
@@ -366,7 +369,8 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let mut out = std::io::stdout();
-            runtime.block_on(migrate::run(command, &mut out))?;
+            let terminal = std::io::IsTerminal::is_terminal(&out);
+            runtime.block_on(migrate::run(command, &mut out, terminal))?;
             Ok(())
         }
         Command::Status(args) => {
