@@ -13,6 +13,7 @@ use crate::api::mcm::{
 };
 use crate::lifecycle::class::ClassProblem;
 use crate::lifecycle::config::Effective;
+use crate::lifecycle::machine_deployment::revision::revision;
 use crate::lifecycle::machine_deployment::status as deployment_status;
 use crate::lifecycle::names::text;
 use crate::lifecycle::{create, delete, health, infra, status};
@@ -138,6 +139,12 @@ fn frozen_label(labels: Option<&std::collections::BTreeMap<String, String>>) -> 
     labels.and_then(|l| l.get(FREEZE_LABEL)).is_some_and(|v| v == FREEZE_VALUE)
 }
 
+/// When the rollout began: the creation of the newest MachineSet (highest revision).
+fn rollout_start<'a>(sets: &[&'a MachineSet]) -> Option<&'a Time> {
+    let newest = sets.iter().max_by_key(|s| revision(s).unwrap_or(0))?;
+    newest.metadata.creation_timestamp.as_ref()
+}
+
 /// A MachineDeployment (hub view) and the MachineSets it controls. Precedence: frozen, invalid spec, progress
 /// deadline exceeded, replica failure, being deleted, paused, rolling update (with the progress deadline), scaling,
 /// unavailable.
@@ -198,7 +205,7 @@ pub fn deployment(d: &MachineDeployment, sets: &[&MachineSet]) -> Verdict {
             reason::ROLLING_UPDATE,
             format!("rolling update: {} of {desired} up to date, {} old", status.updated_replicas, old.max(0)),
         )
-        .since(progressing.and_then(|c| c.last_transition_time.as_ref()))
+        .since(rollout_start(sets))
         .deadline(
             deployment_status::progress_deadline(d, status),
             "ProgressDeadlineExceeded",
@@ -560,8 +567,17 @@ mod tests {
             (4, 2, 3),
             vec![d_condition(MachineDeploymentConditionType::Progressing, ConditionStatus::True, "MachineSetUpdated")],
         );
-        let e = deployment(&d, &[]).explanation.unwrap();
+        let set = |revision: &str, created: &str| {
+            let mut s = MachineSet::new(revision, Default::default());
+            s.metadata.annotations =
+                Some(BTreeMap::from([(crate::api::mcm::names::REVISION.to_string(), revision.to_string())]));
+            s.metadata.creation_timestamp = Some(Time(t(created)));
+            s
+        };
+        let (old, new) = (set("1", "09:00:00"), set("2", "11:51:00"));
+        let e = deployment(&d, &[&new, &old]).explanation.unwrap();
         assert_eq!(e.message, "rolling update: 2 of 3 up to date, 2 old");
+        assert_eq!(e.since.map(|t| t.0), Some(t("11:51:00")), "since the newest set was made");
         let deadline = e.deadline.unwrap();
         assert_eq!((deadline.at.0, deadline.event.as_str()), (t("12:08:00"), "ProgressDeadlineExceeded"));
     }

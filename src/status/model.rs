@@ -208,8 +208,9 @@ pub struct NodeState {
     pub ready: String,
     /// Cordoned.
     pub unschedulable: bool,
-    /// Where `ready` comes from: `Node` (listed), or `Machine` (the conditions the machine controller copied,
-    /// when the Node was not listed).
+    /// Where `ready` comes from: `Node` (listed); `Machine` (Nodes were not read: the conditions the machine
+    /// controller copied into the Machine's status); `Missing` (Nodes were read, this one is not among them: the
+    /// copied conditions too).
     pub source: String,
 }
 
@@ -409,7 +410,15 @@ impl Judge<'_> {
         let ready_of = |conditions: &[NodeCondition]| {
             conditions.iter().find(|c| c.type_ == "Ready").map_or("Unknown".to_string(), |c| c.status.clone())
         };
-        match self.nodes.and_then(|nodes| nodes.get(name)) {
+        let Some(nodes) = self.nodes else {
+            return NodeState {
+                name: name.to_string(),
+                ready: ready_of(copied),
+                unschedulable: false,
+                source: "Machine".into(),
+            };
+        };
+        match nodes.get(name) {
             Some(node) => NodeState {
                 name: name.to_string(),
                 ready: ready_of(node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default()),
@@ -420,7 +429,7 @@ impl Judge<'_> {
                 name: name.to_string(),
                 ready: ready_of(copied),
                 unschedulable: false,
-                source: "Machine".into(),
+                source: "Missing".into(),
             },
         }
     }
@@ -636,7 +645,7 @@ mod tests {
         assert!(!b.ready && !b.healthy);
         assert_eq!(b.explanation.as_ref().map(|e| e.reason.as_str()), Some(explain::reason::NODE_NOT_READY));
         let bare = &report.groups[0].machines[0];
-        assert_eq!(bare.node.as_ref().map(|n| (n.ready.as_str(), n.source.as_str())), Some(("Unknown", "Machine")));
+        assert_eq!(bare.node.as_ref().map(|n| (n.ready.as_str(), n.source.as_str())), Some(("Unknown", "Missing")));
     }
 
     #[test]
@@ -662,7 +671,7 @@ mod tests {
         };
         let bare = &mut inventory.mcm_machines[2];
         bare.spec.class = mcm::ClassSpec { kind: "MachineClass".into(), name: "gone".into(), ..Default::default() };
-        // Its Node is not listed: the machine's copy of its conditions says Ready.
+        // Its Node is not among the listed ones: the machine's copy of its conditions says Ready.
         let ready = NodeCondition { type_: "Ready".into(), status: "True".into(), ..Default::default() };
         bare.status.get_or_insert_with(Default::default).conditions = Some(vec![ready]);
         assert_eq!(judged(&inventory), None, "classes not read: no verdict");

@@ -260,9 +260,11 @@ impl Draw<'_> {
                 status.push_str(",SchedulingDisabled");
             }
             let message = match node.source.as_str() {
-                "Node" => String::new(),
-                _ => "as the Machine's status records it (Node not read)".to_string(),
+                "Node" => "",
+                "Missing" => "not found; as the Machine's status records it",
+                _ => "as the Machine's status records it (Nodes not read)",
             };
+            let message = message.to_string();
             let row = Row { name: format!("Node/{}", node.name), status, status_tone: tone, message, ..Row::default() };
             items.push(Item { row, children: Vec::new() });
         }
