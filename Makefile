@@ -10,13 +10,21 @@ PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.clus
 	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates
 
 .PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
-	protobuf-descriptors proto-go adapters test-adapters mcm-peer bench-peer
+	protobuf-descriptors proto-go adapters test-adapters mcm-peer bench-peer kubectl-plugin
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
 	$(CARGO) run --quiet --no-default-features -- dev
 
 build: ## Build the mcm binary (target/debug/mcm)
 	$(CARGO) build
+
+# Where `make kubectl-plugin` links kubectl-mcm (a directory on your PATH).
+PLUGIN_DIR ?= $(HOME)/.local/bin
+
+kubectl-plugin: ## Build mcm without cloud SDKs and link it as $(PLUGIN_DIR)/kubectl-mcm, for `kubectl mcm status` (docs/status.md)
+	$(CARGO) build --no-default-features
+	mkdir -p $(PLUGIN_DIR)
+	ln -sf $(CURDIR)/target/debug/mcm $(PLUGIN_DIR)/kubectl-mcm
 
 test: upstream-tools adapters test-adapters ## Run every test: unit, integration and doc tests (with upstream clusterctl, CAPI core and the Go adapters)
 	$(CARGO) test

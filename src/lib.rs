@@ -16,5 +16,6 @@ pub mod metrics;
 pub mod migrate;
 pub mod providers;
 pub mod run;
+pub mod status;
 pub mod telemetry;
 pub mod webhooks;

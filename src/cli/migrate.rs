@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 
+use super::progress::Reporter;
 use crate::migrate::{self, ApplyOptions, MigrateError, Plan, Progress, Target, exit};
 
 /// The three actions.
@@ -117,8 +118,22 @@ fn write_plan(dir: &Path, plan: &Plan) -> Result<(), MigrateCommandError> {
     write("summary.txt".into(), plan.summary.render())
 }
 
-/// Runs `mcm migrate …`; `out` gets the plan and the progress lines.
-pub async fn run(command: MigrateCommand, out: &mut (dyn Write + Send)) -> Result<(), MigrateCommandError> {
+/// One progress event: a step's start and end, or an object of the step.
+fn show<W: Write>(reporter: &mut Reporter<W>, p: Progress) -> std::io::Result<()> {
+    match &p {
+        Progress::StepStarted { .. } => reporter.start(&p.to_string()),
+        Progress::Object { .. } => reporter.item(&p.to_string()),
+        Progress::StepDone { .. } => reporter.finish(&p.to_string()),
+    }
+}
+
+/// Runs `mcm migrate …`; `out` gets the plan and the progress: on a `terminal` one line per step with its count of
+/// objects, otherwise every step and object on a line of its own.
+pub async fn run(
+    command: MigrateCommand,
+    out: &mut (dyn Write + Send),
+    terminal: bool,
+) -> Result<(), MigrateCommandError> {
     let (action, args) = match command {
         MigrateCommand::Plan(a) => ("plan", a),
         MigrateCommand::Apply(a) => ("apply", a),
@@ -171,9 +186,9 @@ pub async fn run(command: MigrateCommand, out: &mut (dyn Write + Send)) -> Resul
             Ok(())
         }
         _ => {
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Progress>();
             let report = move |p: Progress| {
-                let _ = tx.send(p.to_string());
+                let _ = tx.send(p);
             };
             let work = async {
                 if action == "apply" {
@@ -183,19 +198,22 @@ pub async fn run(command: MigrateCommand, out: &mut (dyn Write + Send)) -> Resul
                 }
             };
             tokio::pin!(work);
-            // Print progress as it comes (a long wait shows which machines are done).
+            // Progress as it comes (a long wait shows which machines are done; on a terminal the step's line
+            // counts them and its time moves on).
+            let mut reporter = Reporter::new(&mut *out, terminal, "objects");
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             let result = loop {
                 tokio::select! {
                     result = &mut work => break result,
-                    Some(line) = rx.recv() => {
-                        out.write_all(format!("{line}\n").as_bytes()).map_err(write_err("standard output"))?;
-                        out.flush().map_err(write_err("standard output"))?;
-                    }
+                    Some(p) = rx.recv() => show(&mut reporter, p).map_err(write_err("standard output"))?,
+                    _ = tick.tick() => reporter.tick().map_err(write_err("standard output"))?,
                 }
             };
-            while let Ok(line) = rx.try_recv() {
-                out.write_all(format!("{line}\n").as_bytes()).map_err(write_err("standard output"))?;
+            while let Ok(p) = rx.try_recv() {
+                show(&mut reporter, p).map_err(write_err("standard output"))?;
             }
+            reporter.close().map_err(write_err("standard output"))?;
+            drop(reporter);
             result?;
             out.write_all(format!("mcm migrate {action}: done\n").as_bytes()).map_err(write_err("standard output"))?;
             Ok(())

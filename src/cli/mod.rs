@@ -14,7 +14,9 @@ mod driver;
 mod flags;
 mod mcm_flags;
 mod migrate;
+pub mod progress;
 mod run_args;
+pub mod status;
 
 pub use flags::{InfraControllerFlags, MachineControllerFlags, MachineControllerManagerFlags};
 pub use run_args::{RunArgs, RunArgsError};
@@ -53,6 +55,9 @@ enum Command {
     /// Out-of-tree drivers: serve one of this binary's drivers over the driver protocol (docs/adding-a-provider.md).
     #[command(subcommand)]
     Driver(driver::DriverCommand),
+    /// The machine tree at a glance: MachineDeployments, MachineSets, Machines, VMs and Nodes of both API groups,
+    /// each with what explains its state (docs/status.md). Also `kubectl mcm status` (a `kubectl-mcm` link).
+    Status(Box<status::StatusArgs>),
     /// Print the version, git commit and supported Cluster API contract.
     Version,
 }
@@ -193,6 +198,9 @@ pub enum CliError {
     /// `mcm driver` failed.
     #[error(transparent)]
     Driver(#[from] driver::DriverCommandError),
+    /// `mcm status` failed.
+    #[error(transparent)]
+    Status(#[from] status::StatusCommandError),
     /// The async runtime could not start.
     #[error("could not start the async runtime: {0}")]
     Runtime(std::io::Error),
@@ -218,7 +226,7 @@ pub fn run() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cli = Cli::parse_from(args);
+    let cli = parse(args);
     match execute(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(
@@ -239,6 +247,26 @@ pub fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The name kubectl runs this program by as a plugin (`kubectl mcm …`): an executable `kubectl-mcm` on `PATH`,
+/// e.g. a link to `mcm`.
+pub const PLUGIN_NAME: &str = "kubectl-mcm";
+
+/// Whether the program was started as the kubectl plugin (its file name, from `argv[0]`, is [`PLUGIN_NAME`]).
+pub fn invoked_as_plugin(argv0: &std::ffi::OsStr) -> bool {
+    std::path::Path::new(argv0).file_stem().is_some_and(|stem| stem == PLUGIN_NAME)
+}
+
+/// Parses the command line; as `kubectl-mcm` the same commands, with help and errors naming `kubectl mcm`.
+fn parse(args: Vec<std::ffi::OsString>) -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    if !args.first().is_some_and(|argv0| invoked_as_plugin(argv0)) {
+        return Cli::parse_from(args);
+    }
+    let mut command = Cli::command().name(PLUGIN_NAME).bin_name("kubectl mcm");
+    let parsed = command.try_get_matches_from_mut(args).and_then(|matches| Cli::from_arg_matches(&matches));
+    parsed.unwrap_or_else(|err| err.format(&mut command).exit())
 }
 
 fn execute(cli: Cli) -> Result<(), CliError> {
@@ -290,7 +318,8 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 rest: rest.0,
                 rolling_update: !no_rolling_update,
             };
-            let progress = |line: &str| eprintln!("mcm bench: {line}");
+            let mut phases = progress::Shared::stderr(&runtime);
+            let progress = |line: &str| phases.start(&format!("mcm bench: {line}"));
             let report = match peer {
                 Some(peer) => {
                     let ours = std::env::current_exe().map_err(CliError::CurrentExe)?;
@@ -311,6 +340,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                     if json { report.json() } else { report.text() }
                 }
             };
+            phases.close();
             let mut out = std::io::stdout().lock();
             write_out(&mut out, &report)
         }
@@ -345,7 +375,16 @@ fn execute(cli: Cli) -> Result<(), CliError> {
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             let mut out = std::io::stdout();
-            runtime.block_on(migrate::run(command, &mut out))?;
+            let terminal = std::io::IsTerminal::is_terminal(&out);
+            runtime.block_on(migrate::run(command, &mut out, terminal))?;
+            Ok(())
+        }
+        Command::Status(args) => {
+            init_logging()?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+            runtime.block_on(status::run(*args, ctrl_c(), &mut out, &mut err))?;
             Ok(())
         }
         Command::Driver(command) => {

@@ -297,11 +297,12 @@ pub fn after_drain(result: Result<(), String>, forced: bool) -> Outcome {
         (Ok(()), false) => Outcome::next(format!("Drain successful. {}", text::INITIATE_VM_DELETION)),
         (Ok(()), true) => Outcome::next(format!("Force Drain successful. {}", text::DELETE_VOLUME_ATTACHMENTS)),
         (Err(e), true) => Outcome::next(format!(
-            "Drain failed due to - {e}. However, since it's a force deletion shall continue deletion of VM. {}",
+            "{}{e}. However, since it's a force deletion shall continue deletion of VM. {}",
+            text::DRAIN_FAILED,
             text::DELETE_VOLUME_ATTACHMENTS
         )),
         (Err(e), false) => Outcome::retry(
-            format!("Drain failed due to - {e}. Will retry in next sync. {}", text::INITIATE_DRAIN),
+            format!("{}{e}. Will retry in next sync. {}", text::DRAIN_FAILED, text::INITIATE_DRAIN),
             RetryClass::Transient,
         ),
     }

@@ -161,6 +161,16 @@ pub fn decide(
     Health::Update { patch, joined, wake_at }
 }
 
+/// When an Unknown machine becomes Failed: `currentStatus.lastUpdateTime + healthTimeout`. `None` when the machine
+/// is not Unknown, its health timeout is disabled, or no time is recorded (the health check then counts from now).
+pub fn health_deadline(machine: &Machine, effective: &Effective) -> Option<Timestamp> {
+    if status::phase(machine) != Some(&MachinePhase::Unknown) || effective.disable_health_timeout {
+        return None;
+    }
+    let since = machine.status.as_ref()?.current_status.as_ref()?.last_update_time.as_ref()?.0;
+    Some(clock::plus(since, effective.health_timeout))
+}
+
 /// Pending -> Failed after the creation timeout (from `creationTimestamp`); Unknown -> Failed after the health
 /// timeout (from `currentStatus.lastUpdateTime`), unless disabled. A rolling MachineDeployment's mark on the Node
 /// does not defer the failure (MCM dropped that check, gardener/machine-controller-manager#733): the mark stays
@@ -186,14 +196,8 @@ fn timeouts(machine: &Machine, now: Timestamp, effective: &Effective) -> Health 
             Health::Update { patch: StatusPatch::phase(MachinePhase::Failed, op, now), joined: None, wake_at: None }
         }
         Some(MachinePhase::Unknown) if !effective.disable_health_timeout => {
-            let since = machine
-                .status
-                .as_ref()
-                .and_then(|s| s.current_status.as_ref())
-                .and_then(|c| c.last_update_time.as_ref())
-                .map(|t| t.0)
-                .unwrap_or(now);
-            let deadline = clock::plus(since, effective.health_timeout);
+            let deadline =
+                health_deadline(machine, effective).unwrap_or_else(|| clock::plus(now, effective.health_timeout));
             if now < deadline {
                 return Health::Steady { wake_at: Some(deadline) };
             }

@@ -35,4 +35,6 @@ pub mod text {
     pub const CLOUD_PROVIDER_MESSAGE: &str = "Cloud provider message - ";
     /// The stale-node guard's description.
     pub const STALE_NODE: &str = "VM using old node obj";
+    /// Prefix of a failed drain's description (the drain's error follows).
+    pub const DRAIN_FAILED: &str = "Drain failed due to - ";
 }

@@ -28,6 +28,7 @@ mod providers;
 mod run;
 mod scenarios;
 mod sets;
+mod status;
 mod support;
 mod upstream;
 mod webhooks;

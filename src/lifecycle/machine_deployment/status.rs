@@ -228,24 +228,29 @@ pub fn deployment_progressing(old: &MachineDeploymentStatus, new: &MachineDeploy
 /// `progressDeadlineSeconds` is before `now`. Never with no deadline, no condition, or a completed rollout; always
 /// once timed out.
 pub fn deployment_timed_out(d: &MachineDeployment, status: &MachineDeploymentStatus, now: Timestamp) -> bool {
-    let Some(deadline) = d.spec.progress_deadline_seconds else {
-        return false;
-    };
-    let Some(condition) =
-        get_condition(status.conditions.as_deref().unwrap_or_default(), MachineDeploymentConditionType::Progressing)
-    else {
-        return false;
-    };
-    if reason_is(Some(condition), NEW_MACHINE_SET_AVAILABLE) {
+    if d.spec.progress_deadline_seconds.is_none() {
         return false;
     }
-    if reason_is(Some(condition), PROGRESS_DEADLINE_EXCEEDED) {
+    let condition =
+        get_condition(status.conditions.as_deref().unwrap_or_default(), MachineDeploymentConditionType::Progressing);
+    if reason_is(condition, PROGRESS_DEADLINE_EXCEEDED) {
         return true;
     }
-    let Some(from) = condition.last_update_time.as_ref().map(|t| t.0) else {
-        return false;
-    };
-    from.checked_add(SignedDuration::from_secs(i64::from(deadline))).is_ok_and(|end| end < now)
+    progress_deadline(d, status).is_some_and(|end| end < now)
+}
+
+/// When a rollout in progress runs out of time: the Progressing condition's `lastUpdateTime` plus
+/// `progressDeadlineSeconds`. `None` with no deadline, no condition or no time on it, and for a completed or an
+/// already timed-out rollout.
+pub fn progress_deadline(d: &MachineDeployment, status: &MachineDeploymentStatus) -> Option<Timestamp> {
+    let seconds = d.spec.progress_deadline_seconds?;
+    let condition =
+        get_condition(status.conditions.as_deref().unwrap_or_default(), MachineDeploymentConditionType::Progressing)?;
+    if reason_is(Some(condition), NEW_MACHINE_SET_AVAILABLE) || reason_is(Some(condition), PROGRESS_DEADLINE_EXCEEDED) {
+        return None;
+    }
+    let from = condition.last_update_time.as_ref()?.0;
+    from.checked_add(SignedDuration::from_secs(i64::from(seconds))).ok()
 }
 
 fn progress_message(d: &MachineDeployment, new: Option<&MachineSet>, what: &str) -> String {
