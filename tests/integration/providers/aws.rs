@@ -61,7 +61,7 @@ impl Moto {
     }
 
     /// A server with extra environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT=0`, which makes moto check credentials).
-    async fn start_with(env: &[(&str, &str)]) -> Moto {
+    pub(super) async fn start_with(env: &[(&str, &str)]) -> Moto {
         let binary = moto_binary();
         for _ in 0..3 {
             let port = {
