@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use aws_sdk_ec2::types::Filter;
 
-use super::super::aws::{ACCESS_KEY_ID, Moto, SECRET_ACCESS_KEY, USER_DATA, World};
+use super::super::aws::{ACCESS_KEY_ID, FakeEc2, Moto, SECRET_ACCESS_KEY, USER_DATA, World};
 use super::{Cloud, Secrets, assert_never_shown, class_with_secret, full_run};
 use crate::run::RunEnv;
 
@@ -108,13 +108,38 @@ async fn a_full_run_on_aws_never_shows_a_secret() {
     .await;
     secrets.add("invalid providerSecretAccessKey", INVALID_SECRET_KEY);
 
+    // An EC2 that refuses every call with the class `aws`'s keys and user data echoed in its message.
+    let echoing = FakeEc2::start(|_| {
+        let message =
+            format!("The access key {ACCESS_KEY_ID} (secret {SECRET_ACCESS_KEY}) may not launch user data {USER_DATA}");
+        let xml = format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error><Code>UnauthorizedOperation</Code>\
+             <Message>{message}</Message></Error></Errors><RequestID>r-1</RequestID></Response>"
+        );
+        (403, xml)
+    })
+    .await;
+    class_with_secret(
+        &env,
+        "aws-echoed",
+        "AWS",
+        world.spec("shoot--aws-echoed"),
+        &[
+            ("providerAccessKeyId", ACCESS_KEY_ID),
+            ("providerSecretAccessKey", SECRET_ACCESS_KEY),
+            ("userData", USER_DATA),
+            ("endpoint", &echoing.url),
+        ],
+    )
+    .await;
+
     let cloud = Aws(world);
-    let captured =
-        full_run(&env, &cloud, "aws", &[("rejected-aws", "aws-rejected"), ("invalid-aws", "aws-invalid")]).await;
+    let failing = [("rejected-aws", "aws-rejected"), ("invalid-aws", "aws-invalid"), ("echoed-aws", "aws-echoed")];
+    let captured = full_run(&env, &cloud, "aws", &failing).await;
     // Checked first: a failure message below may show what the run showed.
     assert_never_shown(&secrets, &captured);
     let rejected = captured.failures.iter().find(|(m, _)| m == "rejected-aws").map(|(_, d)| d.as_str());
     assert!(rejected.is_some_and(|d| d.contains("AuthFailure")), "moto refused the keys: {rejected:?}");
-    drop(checking);
+    drop((checking, echoing));
     env.env.shutdown().await;
 }

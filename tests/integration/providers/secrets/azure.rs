@@ -17,6 +17,7 @@ const CLUSTER: &str = "shoot--azure";
 const REJECTED_SECRET: &str = "Rejected~Azure.Client-Secret_9f41d2";
 const REJECTED_USER_DATA: &str = "#cloud-config\n# azure-rejected-user-data-77c1";
 const INVALID_SECRET: &str = "Invalid~Azure.Client-Secret_3e0b5a";
+const UNKNOWN_TENANT: &str = "00000000-0000-4000-8000-00000000dead";
 
 struct Azure(ArmFake);
 
@@ -76,10 +77,34 @@ async fn a_full_run_on_azure_never_shows_a_secret() {
     class_with_secret(&env, "azure-invalid", "Azure", spec("shoot--azure-invalid"), &invalid.concat()).await;
     secrets.add("invalid clientSecret", INVALID_SECRET);
 
+    // A tenant the authority does not know: its error names the tenant.
+    let unknown_tenant = [
+        &[("clientID", CLIENT_ID), ("tenantID", UNKNOWN_TENANT), ("subscriptionID", SUBSCRIPTION)][..],
+        &endpoints,
+        &[("clientSecret", CLIENT_SECRET), ("userData", USER_DATA)],
+    ];
+    class_with_secret(&env, "azure-tenant", "Azure", spec("shoot--azure-tenant"), &unknown_tenant.concat()).await;
+    secrets.add("unknown tenantID", UNKNOWN_TENANT);
+
+    // ARM refusing a call with the client secret and the user data echoed in its message (the class `azure`'s
+    // credentials, so the token is issued).
+    arm.fail(
+        "GET",
+        "virtualMachines/echoed-azure",
+        u32::MAX,
+        403,
+        "AuthorizationFailed",
+        &format!("client secret {CLIENT_SECRET} with user data {USER_DATA} may not read the VM"),
+    );
+
     let cloud = Azure(arm);
-    let captured =
-        full_run(&env, &cloud, "azure", &[("rejected-azure", "azure-rejected"), ("invalid-azure", "azure-invalid")])
-            .await;
+    let failing = [
+        ("rejected-azure", "azure-rejected"),
+        ("invalid-azure", "azure-invalid"),
+        ("tenant-azure", "azure-tenant"),
+        ("echoed-azure", "azure"),
+    ];
+    let captured = full_run(&env, &cloud, "azure", &failing).await;
     let tokens = cloud.0.requests().into_iter().filter(|r| r.path.ends_with("/oauth2/v2.0/token")).collect::<Vec<_>>();
     assert!(tokens.iter().any(|r| r.status == 200), "the client secret got a token");
     assert!(tokens.iter().any(|r| r.status == 401), "the rejected client secret was refused");
