@@ -1,7 +1,8 @@
 //! Secrets never shown (issue #26, point 4): a full run of the built `mcm run` on each cloud's local fake (moto
 //! for AWS, the ARM fake for Azure, the Compute fake for GCP), with known, distinctive values in every secret field
 //! the driver reads. The run creates a MachineDeployment of 3, drains and deletes 2 of them, collects an orphan VM,
-//! and fails machines of a class whose credentials the cloud rejects and of a class whose secret is invalid. Then
+//! and fails machines of a class whose credentials the cloud rejects, of a class whose secret is invalid, and of a
+//! class whose cloud echoes the credentials and user data in its error message (on GCP, the rejected one). Then
 //! every log line (`RUST_LOG=trace`, the process's whole standard error and output), every event, every object the
 //! controllers write status to (Machines, MachineSets, MachineDeployments, MachineClasses, MCMMachines, Nodes) and
 //! the `/metrics` text is searched for every secret value in every encoding ([`scan`]).
@@ -148,7 +149,7 @@ async fn api_texts(client: &kube::Client) -> Vec<(String, String)> {
     out
 }
 
-/// What one run showed, and how long it took.
+/// What one run showed.
 pub(crate) struct Captured {
     /// Each text searched: (place, text).
     pub texts: Vec<(String, String)>,
