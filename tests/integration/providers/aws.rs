@@ -61,7 +61,7 @@ impl Moto {
     }
 
     /// A server with extra environment (e.g. `INITIAL_NO_AUTH_ACTION_COUNT=0`, which makes moto check credentials).
-    async fn start_with(env: &[(&str, &str)]) -> Moto {
+    pub(super) async fn start_with(env: &[(&str, &str)]) -> Moto {
         let binary = moto_binary();
         for _ in 0..3 {
             let port = {
@@ -608,8 +608,8 @@ fn assert_no_secret(err: &mcm::providers::DriverError) {
 }
 
 /// A fake EC2 endpoint answering each action with a canned XML body (or an error code), keeping the request bodies.
-struct FakeEc2 {
-    url: String,
+pub(super) struct FakeEc2 {
+    pub(super) url: String,
     bodies: Arc<std::sync::Mutex<Vec<String>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -622,7 +622,7 @@ impl Drop for FakeEc2 {
 
 impl FakeEc2 {
     /// `answer(action)` gives (HTTP status, body) for each request.
-    async fn start(answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) -> FakeEc2 {
+    pub(super) async fn start(answer: impl Fn(&str) -> (u16, String) + Send + Sync + 'static) -> FakeEc2 {
         FakeEc2::start_with_body(move |action, _| answer(action)).await
     }
 

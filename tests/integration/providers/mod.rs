@@ -14,6 +14,8 @@ mod gcp_fake;
 mod gcp_machines;
 mod grpc;
 mod inmemory;
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
+mod secrets;
 
 /// The sets tests' controller options, with the safety controller looking for orphan VMs every second: cloud
 /// drivers under the real controllers.

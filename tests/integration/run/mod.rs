@@ -54,7 +54,12 @@ impl RunEnv {
 
     /// Spawns `mcm run` against this environment with `extra` flags.
     pub fn spawn(&self, name: &str, extra: &[&str]) -> McmRun {
-        McmRun::spawn(name, &self.kubeconfig, &self.cloud_url, &self.dir.0, extra)
+        self.spawn_with_env(name, extra, &[])
+    }
+
+    /// Spawns `mcm run` against this environment with `extra` flags and `env` set.
+    pub fn spawn_with_env(&self, name: &str, extra: &[&str], env: &[(&str, &str)]) -> McmRun {
+        McmRun::spawn_with_env(NS, name, &self.kubeconfig, &self.cloud_url, &self.dir.0, extra, env)
     }
 
     /// Creates MachineDeployment `name` of class `small` with `replicas`.
@@ -121,6 +126,19 @@ impl McmRun {
         dir: &Path,
         extra: &[&str],
     ) -> McmRun {
+        Self::spawn_with_env(namespace, name, kubeconfig, cloud_url, dir, extra, &[])
+    }
+
+    /// Spawns it for the objects of `namespace`, with `env` set (e.g. `RUST_LOG`, otherwise removed).
+    pub(crate) fn spawn_with_env(
+        namespace: &str,
+        name: &str,
+        kubeconfig: &Path,
+        cloud_url: &str,
+        dir: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> McmRun {
         let stderr = dir.join(format!("{name}.stderr"));
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
         command
@@ -132,6 +150,7 @@ impl McmRun {
             .args(["--namespace", namespace, "--leader-elect-resource-name", "mcm-run-test"])
             .args(extra)
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())

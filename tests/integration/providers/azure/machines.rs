@@ -18,7 +18,7 @@ const CLUSTER: &str = "shoot--azure";
 const WAIT: Duration = Duration::from_secs(90);
 
 /// The class `azure` (Gardener's Azure providerSpec, tagged for [`CLUSTER`]) and its secret, which names the fake.
-pub(super) async fn azure_class(env: &Env, arm: &ArmFake) {
+pub(crate) async fn azure_class(env: &Env, arm: &ArmFake) {
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": "azure", "namespace": NS},

@@ -2,8 +2,8 @@
 //! suite, the request bodies, clean-up of NICs and disks, throttling, quota and failed operations, and secrets that
 //! never show in errors or logs.
 
-mod fake;
-mod machines;
+pub(super) mod fake;
+pub(super) mod machines;
 mod run;
 
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use fake::{ArmFake, CLIENT_ID, CLIENT_SECRET, Kind, RESOURCE_GROUP, SUBSCRIPTION, TENANT, TOKEN};
 
-const USER_DATA: &str = "#cloud-config\n# arm-fake-user-data";
+pub(super) const USER_DATA: &str = "#cloud-config\n# arm-fake-user-data";
 
 fn secret_with(extra: &[(&str, &str)]) -> SecretData {
     let mut pairs = vec![
@@ -58,7 +58,7 @@ fn driver(arm: &ArmFake) -> AzureDriver {
 }
 
 /// A providerSpec of Gardener's shape for `cluster`, in the fake's resource group and subnet.
-fn spec(cluster: &str) -> Value {
+pub(super) fn spec(cluster: &str) -> Value {
     json!({
         "location": fake::LOCATION,
         "resourceGroup": RESOURCE_GROUP,
