@@ -244,16 +244,22 @@ impl Bounds {
         self.floor = replicas.min(running).saturating_sub(self.max_unavailable + self.safety_down);
     }
 
-    /// What the watcher sees at `at`: machines not being deleted, and how many of them are Running.
-    pub fn observe(&mut self, at: Duration, machines: u32, running: u32) {
+    /// What the watcher sees at `at`: machines not being deleted, and how many of them are Running. A breach
+    /// is recorded with `context()` appended (what the sets held at that instant, to find the cause in the logs).
+    pub fn observe(&mut self, at: Duration, machines: u32, running: u32, context: impl FnOnce() -> String) {
         self.last = (machines, running);
         self.peak = self.peak.max(machines);
         self.lowest_running = Some(self.lowest_running.map_or(running, |low| low.min(running)));
+        let at = at.as_secs_f64();
+        let mut breach = None;
         if machines > self.ceiling {
-            self.breaches.push(format!("{machines} machines at {:.1} s (at most {})", at.as_secs_f64(), self.ceiling));
+            breach = Some(format!("{machines} machines at {at:.1} s (at most {})", self.ceiling));
         }
         if running < self.floor {
-            self.breaches.push(format!("{running} Running at {:.1} s (at least {})", at.as_secs_f64(), self.floor));
+            breach = Some(format!("{running} Running at {at:.1} s (at least {})", self.floor));
+        }
+        if let Some(breach) = breach {
+            self.breaches.push(breach + &context());
         }
     }
 
@@ -360,23 +366,24 @@ mod tests {
         let mut b = Bounds::new(10, 0, 2, 1);
         b.wish(100);
         let t = Duration::from_secs(1);
-        b.observe(t, 112, 0); // 100 + 10 + 2
+        b.observe(t, 112, 0, String::new); // 100 + 10 + 2
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(t, 113, 0);
+        b.observe(t, 113, 0, String::new);
         assert_eq!(b.breaches.len(), 1, "{:?}", b.breaches);
         // Scaled down while 100 run: the 100 may stay until the controllers act.
         let mut b = Bounds::new(10, 0, 2, 1);
-        b.observe(t, 100, 100);
+        b.wish(100);
+        b.observe(t, 100, 100, String::new);
         b.wish(60);
-        b.observe(t, 100, 100);
-        b.observe(t, 60, 60);
+        b.observe(t, 100, 100, String::new);
+        b.observe(t, 60, 60, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
         // A rolling update of 60 keeps at least 59 Running.
         b.wish(60);
-        b.observe(t, 66, 59);
+        b.observe(t, 66, 59, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(t, 66, 58);
-        assert_eq!(b.breaches, vec!["58 Running at 1.0 s (at least 59)".to_string()]);
+        b.observe(t, 66, 58, || ": set a 66/66".to_string());
+        assert_eq!(b.breaches, vec!["58 Running at 1.0 s (at least 59): set a 66/66".to_string()]);
         assert_eq!((b.peak, b.lowest_running), (100, Some(58)));
         assert!(!b.verdict().held);
     }
@@ -384,9 +391,9 @@ mod tests {
     #[test]
     fn a_scale_up_from_few_running_sets_a_low_floor() {
         let mut b = Bounds::new(10, 0, 2, 1);
-        b.observe(Duration::ZERO, 0, 0);
+        b.observe(Duration::ZERO, 0, 0, String::new);
         b.wish(100);
-        b.observe(Duration::ZERO, 100, 3);
+        b.observe(Duration::ZERO, 100, 3, String::new);
         assert!(b.verdict().held, "{:?}", b.breaches);
     }
 }

@@ -120,6 +120,7 @@ pub async fn run(options: ChaosOptions, progress: impl Fn(&str)) -> Result<Chaos
             replicas = plan.final_replicas(replicas);
             revision = plan.final_revision(revision);
             let held = report.held();
+            progress(&report.summary());
             trials.push(report);
             if !held {
                 progress(&format!("trial {number}: an invariant broke; stopping (logs in {})", world.dir().display()));

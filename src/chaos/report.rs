@@ -55,6 +55,28 @@ impl TrialReport {
         self.verdicts.iter().all(|v| v.held)
     }
 
+    /// One line of what the trial came to, printed as soon as it ends (the tables come at the end of the run).
+    pub fn summary(&self) -> String {
+        let converge = match self.converge {
+            Some(d) => format!("converged in {:.1} s", d.as_secs_f64()),
+            None => "did not converge".to_string(),
+        };
+        let broken: Vec<&str> = self.verdicts.iter().filter(|v| !v.held).map(|v| v.invariant).collect();
+        let verdict = match broken.is_empty() {
+            true => "every invariant held".to_string(),
+            false => format!("BROKEN: {}", broken.join(", ")),
+        };
+        format!(
+            "trial {}: {verdict}; {converge}; {} kills, {} API faults, {} cloud faults, {}/{} VMs made/deleted",
+            self.trial,
+            self.kills,
+            self.api_failures,
+            self.cloud_faults.total(),
+            self.vms_created,
+            self.vms_deleted
+        )
+    }
+
     fn steps_text(&self) -> String {
         self.steps
             .iter()
@@ -299,5 +321,17 @@ mod tests {
         assert!(text.ends_with("an invariant broke\n"), "{text}");
         assert_eq!(r.json()["held"], false);
         assert_eq!(r.json()["trials"][0]["faults"]["cloud"]["throttled"], 5);
+    }
+
+    #[test]
+    fn a_trial_summary_names_what_broke() {
+        assert_eq!(
+            trial(true).summary(),
+            "trial 1: every invariant held; converged in 4.2 s; 2 kills, 37 API faults, 9 cloud faults, 21/15 VMs \
+             made/deleted"
+        );
+        let mut broken = trial(false);
+        broken.converge = None;
+        assert!(broken.summary().starts_with("trial 1: BROKEN: VMs = Running machines; did not converge;"));
     }
 }

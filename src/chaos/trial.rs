@@ -74,6 +74,30 @@ fn count(store: &Store<Machine>) -> (u32, u32) {
     (all, running)
 }
 
+/// A breach's context: the wall-clock instant (to find it in the controllers' logs) and, per MachineSet, its
+/// machines not being deleted against its `spec.replicas`, with how many are Running.
+fn by_set(machines: &Store<Machine>, sets: &Store<MachineSet>) -> String {
+    let mut per_set: BTreeMap<String, (u32, u32)> = BTreeMap::new();
+    for m in machines.state().iter().filter(|m| m.metadata.deletion_timestamp.is_none()) {
+        let owner = m.owner_references().first().map(|o| o.name.clone()).unwrap_or_else(|| "(no owner)".into());
+        let entry = per_set.entry(owner).or_default();
+        entry.0 += 1;
+        if m.status.as_ref().and_then(|s| s.current_status.as_ref()).and_then(|c| c.phase.as_ref())
+            == Some(&MachinePhase::Running)
+        {
+            entry.1 += 1;
+        }
+    }
+    let spec = |name: &str| {
+        sets.state().iter().find(|s| s.name_any() == name).map_or("?".to_string(), |s| s.spec.replicas.to_string())
+    };
+    let sets: Vec<String> = per_set
+        .iter()
+        .map(|(name, (all, running))| format!("{name} {all}/{} ({running} Running)", spec(name)))
+        .collect();
+    format!(" [{}: {}]", jiff::Timestamp::now(), sets.join(", "))
+}
+
 /// The run's world.
 pub(super) struct World {
     env: DevEnvironment,
@@ -81,6 +105,8 @@ pub(super) struct World {
     serve: DriverServe,
     pair: Pair,
     watch: tokio::task::JoinHandle<()>,
+    /// Keeps the MachineSet cache a breach's context reads.
+    watch_sets: tokio::task::JoinHandle<()>,
     bounds: Arc<Mutex<(Instant, Bounds)>>,
     /// VMs the run planted, with whose they pretend to be.
     planted: BTreeMap<String, Owner>,
@@ -121,21 +147,31 @@ impl World {
             .map_err(|e| setup(format!("{}: {e}", socket.display())))?;
 
         let (store, writer) = reflector::store();
+        let (sets, sets_writer) = reflector::store();
         let bounds = Arc::new(Mutex::new((Instant::now(), Bounds::new(SURGE_PERCENT, 0, SAFETY_UP, SAFETY_DOWN))));
+        let watch_sets = {
+            let api: Api<MachineSet> = Api::namespaced(env.client.clone(), NAMESPACE);
+            tokio::spawn(
+                reflector(sets_writer, watcher(api, watcher::Config::default()))
+                    .default_backoff()
+                    .for_each(|_| futures::future::ready(())),
+            )
+        };
         let watch = {
-            let (store, bounds) = (store.clone(), bounds.clone());
+            let (store, sets, bounds) = (store.clone(), sets.clone(), bounds.clone());
             let api: Api<Machine> = Api::namespaced(env.client.clone(), NAMESPACE);
             tokio::spawn(reflector(writer, watcher(api, watcher::Config::default())).default_backoff().for_each(
                 move |_| {
                     let (machines, running) = count(&store);
                     let mut guard = lock(&bounds);
                     let at = guard.0.elapsed();
-                    guard.1.observe(at, machines, running);
+                    guard.1.observe(at, machines, running, || by_set(&store, &sets));
                     futures::future::ready(())
                 },
             ))
         };
         store.wait_until_ready().await.map_err(|e| setup(e.to_string()))?;
+        sets.wait_until_ready().await.map_err(|e| setup(e.to_string()))?;
 
         let pause = options.statuscheck_timeout();
         let flags = vec![
@@ -154,7 +190,7 @@ impl World {
             flags,
             dir: dir.clone(),
         })?;
-        Ok(World { env, cloud, serve, pair, watch, bounds, planted: BTreeMap::new(), dir })
+        Ok(World { env, cloud, serve, pair, watch, watch_sets, bounds, planted: BTreeMap::new(), dir })
     }
 
     pub(super) fn dir(&self) -> &Path {
@@ -434,6 +470,7 @@ impl World {
         self.pair.stop().await;
         let _ = self.serve.stop().await;
         self.watch.abort();
+        self.watch_sets.abort();
         self.env.shutdown().await;
         if clean {
             let _ = std::fs::remove_dir_all(&self.dir);

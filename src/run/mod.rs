@@ -125,6 +125,24 @@ impl Running {
         }
     }
 
+    /// Cancels every reconcile at once, as a crash would, for a process that lost the lease: a reconcile let to
+    /// finish could write after another process took over (MCM exits when it loses the lease). Every controller
+    /// converges from wherever it was cut off.
+    async fn kill(self, metrics: &Metrics) {
+        let controllers = async {
+            if let Some(running) = self.controllers {
+                running.kill().await;
+            }
+        };
+        let infrastructure = async {
+            if let Some(running) = self.infrastructure {
+                running.kill().await;
+            }
+        };
+        futures::join!(controllers, infrastructure);
+        metrics.objects.set_frozen_gauge(None);
+    }
+
     /// Lets running reconciles finish (up to the shutdown grace), then ends the watches.
     async fn stop(self, metrics: &Metrics) {
         let controllers = async {
@@ -334,7 +352,7 @@ pub async fn run(
             (Leadership::Following | Leadership::Unknown, true) => {
                 if let Some(leader) = running.take() {
                     progress("not leading any more: stopping the controllers");
-                    leader.stop(&metrics).await;
+                    leader.kill(&metrics).await;
                     progress("controllers stopped");
                 }
             }
@@ -359,7 +377,7 @@ pub async fn run(
                 if changed.is_err() {
                     // The election ended on its own (it only does when stopped); stop leading.
                     if let Some(leader) = running.take() {
-                        leader.stop(&metrics).await;
+                        leader.kill(&metrics).await;
                     }
                     break;
                 }
