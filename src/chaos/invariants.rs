@@ -192,10 +192,17 @@ pub fn check(s: &Snapshot) -> Vec<Verdict> {
     out
 }
 
+/// How long the bounds before a change of the wish still hold (see [`Bounds`]).
+pub const SETTLE: Duration = Duration::from_secs(20);
+
 /// The deployment's bounds as a watcher of its Machines sees them during a trial. Upward: the controllers never
 /// hold more machines (not being deleted) than `max(wanted, what there was when the wish changed)` plus
 /// `maxSurge` plus the safety margin `--safety-up`. Downward: never fewer Running machines than
 /// `min(wanted, Running ones when the wish changed)` minus `maxUnavailable` minus `--safety-down`.
+///
+/// For [`SETTLE`] after a change of the wish the previous bounds also hold: a MachineSet's pass that began before
+/// the change finishes the batch it decided (as upstream's slow-start batches do) before the next pass sees the
+/// new size.
 #[derive(Clone, Debug)]
 pub struct Bounds {
     surge_percent: u32,
@@ -204,6 +211,8 @@ pub struct Bounds {
     safety_down: u32,
     ceiling: u32,
     floor: u32,
+    /// The bounds before the last change of the wish, and when it changed.
+    previous: Option<(Duration, u32, u32)>,
     last: (u32, u32),
     /// The most machines seen at once.
     pub peak: u32,
@@ -224,6 +233,7 @@ impl Bounds {
             safety_down,
             ceiling: 0,
             floor: 0,
+            previous: None,
             last: (0, 0),
             peak: 0,
             lowest_running: None,
@@ -236,8 +246,9 @@ impl Bounds {
         (u64::from(replicas) * u64::from(self.surge_percent)).div_ceil(100) as u32
     }
 
-    /// The deployment now wants `replicas`; the watcher last saw `(machines, running)`.
-    pub fn wish(&mut self, replicas: u32) {
+    /// At `at`, the deployment now wants `replicas`; the watcher last saw `(machines, running)`.
+    pub fn wish(&mut self, at: Duration, replicas: u32) {
+        self.previous = Some((at, self.ceiling, self.floor));
         let (machines, running) = self.last;
         let base = replicas.max(machines);
         self.ceiling = base + self.surge(base) + self.safety_up;
@@ -250,13 +261,19 @@ impl Bounds {
         self.last = (machines, running);
         self.peak = self.peak.max(machines);
         self.lowest_running = Some(self.lowest_running.map_or(running, |low| low.min(running)));
+        let (ceiling, floor) = match self.previous {
+            Some((changed, ceiling, floor)) if at.saturating_sub(changed) < SETTLE => {
+                (self.ceiling.max(ceiling), self.floor.min(floor))
+            }
+            _ => (self.ceiling, self.floor),
+        };
         let at = at.as_secs_f64();
         let mut breach = None;
-        if machines > self.ceiling {
-            breach = Some(format!("{machines} machines at {at:.1} s (at most {})", self.ceiling));
+        if machines > ceiling {
+            breach = Some(format!("{machines} machines at {at:.1} s (at most {ceiling})"));
         }
-        if running < self.floor {
-            breach = Some(format!("{running} Running at {at:.1} s (at least {})", self.floor));
+        if running < floor {
+            breach = Some(format!("{running} Running at {at:.1} s (at least {floor})"));
         }
         if let Some(breach) = breach {
             self.breaches.push(breach + &context());
@@ -362,37 +379,52 @@ mod tests {
 
     #[test]
     fn bounds_allow_surge_and_margin_above_the_larger_of_wish_and_what_was() {
+        let s = Duration::from_secs;
         // maxSurge 10 %, maxUnavailable 0, safety margins 2 up and 1 down.
         let mut b = Bounds::new(10, 0, 2, 1);
-        b.wish(100);
-        let t = Duration::from_secs(1);
-        b.observe(t, 112, 0, String::new); // 100 + 10 + 2
+        b.wish(s(0), 100);
+        b.observe(s(1), 112, 0, String::new); // 100 + 10 + 2
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(t, 113, 0, String::new);
+        b.observe(s(1), 113, 0, String::new);
         assert_eq!(b.breaches.len(), 1, "{:?}", b.breaches);
         // Scaled down while 100 run: the 100 may stay until the controllers act.
         let mut b = Bounds::new(10, 0, 2, 1);
-        b.wish(100);
-        b.observe(t, 100, 100, String::new);
-        b.wish(60);
-        b.observe(t, 100, 100, String::new);
-        b.observe(t, 60, 60, String::new);
+        b.wish(s(0), 100);
+        b.observe(s(50), 100, 100, String::new);
+        b.wish(s(100), 60);
+        b.observe(s(130), 100, 100, String::new);
+        b.observe(s(140), 60, 60, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
         // A rolling update of 60 keeps at least 59 Running.
-        b.wish(60);
-        b.observe(t, 66, 59, String::new);
+        b.wish(s(200), 60);
+        b.observe(s(230), 66, 59, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(t, 66, 58, || ": set a 66/66".to_string());
-        assert_eq!(b.breaches, vec!["58 Running at 1.0 s (at least 59): set a 66/66".to_string()]);
+        b.observe(s(231), 66, 58, || ": set a 66/66".to_string());
+        assert_eq!(b.breaches, vec!["58 Running at 231.0 s (at least 59): set a 66/66".to_string()]);
         assert_eq!((b.peak, b.lowest_running), (100, Some(58)));
         assert!(!b.verdict().held);
+    }
+
+    #[test]
+    fn the_bounds_before_a_change_hold_while_it_settles() {
+        let s = Duration::from_secs;
+        let mut b = Bounds::new(10, 0, 2, 1);
+        b.wish(s(0), 70); // at most 70 + 7 + 2 = 79
+        b.observe(s(30), 60, 60, String::new);
+        b.wish(s(40), 52); // at most max(52, 60) + 6 + 2 = 68
+        // A batch decided before the change lands within the settling time: the old ceiling holds.
+        b.observe(s(40) + SETTLE - s(1), 79, 60, String::new);
+        assert!(b.breaches.is_empty(), "{:?}", b.breaches);
+        // Once settled, the new one.
+        b.observe(s(40) + SETTLE, 69, 60, String::new);
+        assert_eq!(b.breaches, vec![format!("69 machines at {:.1} s (at most 68)", (s(40) + SETTLE).as_secs_f64())]);
     }
 
     #[test]
     fn a_scale_up_from_few_running_sets_a_low_floor() {
         let mut b = Bounds::new(10, 0, 2, 1);
         b.observe(Duration::ZERO, 0, 0, String::new);
-        b.wish(100);
+        b.wish(Duration::ZERO, 100);
         b.observe(Duration::ZERO, 100, 3, String::new);
         assert!(b.verdict().held, "{:?}", b.breaches);
     }

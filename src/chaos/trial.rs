@@ -197,6 +197,13 @@ impl World {
         &self.dir
     }
 
+    /// Tells the bounds' watcher what the deployment now wants.
+    fn wish(&self, replicas: u32) {
+        let mut bounds = lock(&self.bounds);
+        let at = bounds.0.elapsed();
+        bounds.1.wish(at, replicas);
+    }
+
     fn server(&self) -> Result<&ApiServer, ChaosError> {
         self.env.server.embedded().ok_or_else(|| setup("the chaos run needs the embedded API server"))
     }
@@ -237,12 +244,12 @@ impl World {
             match event {
                 Event::Step(Step::Scale(n)) => {
                     replicas = n;
-                    lock(&self.bounds).1.wish(n);
+                    self.wish(n);
                     self.patch_deployment(json!({"spec": {"replicas": n}})).await?;
                 }
                 Event::Step(Step::RollingUpdate(rev)) => {
                     revision = rev;
-                    lock(&self.bounds).1.wish(replicas);
+                    self.wish(replicas);
                     let labels = json!({"name": DEPLOYMENT, REVISION: rev.to_string()});
                     self.patch_deployment(json!({"spec": {"template": {"metadata": {"labels": labels}}}})).await?;
                 }
@@ -298,7 +305,10 @@ impl World {
             self.wait(options.converge_timeout, |s| invariants::check(s)[0].held, replicas, &revision).await?;
         let converge = converge_started.elapsed();
         // One orphan period (and a margin for the collection itself) for leaks to be collected.
-        progress("converged; waiting one orphan period for leaks to be collected");
+        progress(match converged {
+            Some(_) => "converged; waiting one orphan period for leaks to be collected",
+            None => "not converged within the timeout",
+        });
         let leaks_deadline = options.orphan_period + options.orphan_period / 2 + Duration::from_secs(10);
         let snapshot = match converged {
             Some(_) => {

@@ -188,7 +188,7 @@ pub async fn run(
                 }
                 _ = check.tick(), if renewed.is_some() => {
                     // A read that fails or hangs leaves the last renewal seen; time runs on regardless.
-                    let read = tokio::time::timeout(config.retry_period, leases.get(&config.lease_name)).await;
+                    let read = tokio::time::timeout(config.retry_period.max(Duration::from_secs(1)), leases.get(&config.lease_name)).await;
                     if let Ok(Ok(lease)) = read
                         && let Some(at) = own_renewal(&lease, &config.identity)
                     {

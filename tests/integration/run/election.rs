@@ -71,6 +71,15 @@ async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
     let (stop, stopped) = watch::channel(false);
     let election = tokio::spawn(leader::run(client.clone(), config, state, stopped));
     tokio::time::timeout(WAIT, leadership.wait_for(|s| *s == Leadership::Leading)).await.unwrap().unwrap();
+    // A leader whose renewals succeed stays leader past several renew deadlines.
+    let changed = tokio::time::timeout(Duration::from_secs(7), leadership.changed()).await;
+    let lease = kube::Api::<Lease>::namespaced(client.clone(), "default").get("split-brain").await.unwrap();
+    assert!(
+        changed.is_err(),
+        "leadership changed to {:?} without faults; lease {:?}",
+        *leadership.borrow(),
+        lease.spec
+    );
 
     // From now on every write to the Lease is answered 409 Conflict.
     for verb in [Verb::Update, Verb::Patch] {
