@@ -220,6 +220,8 @@ pub struct Bounds {
     pub lowest_running: Option<u32>,
     /// Every breach, with when it was seen.
     pub breaches: Vec<String>,
+    /// Observations while a MachineSet of the deployment was frozen by the overshoot freeze.
+    pub frozen: u32,
 }
 
 impl Bounds {
@@ -238,6 +240,7 @@ impl Bounds {
             peak: 0,
             lowest_running: None,
             breaches: Vec::new(),
+            frozen: 0,
         }
     }
 
@@ -255,9 +258,23 @@ impl Bounds {
         self.floor = replicas.min(running).saturating_sub(self.max_unavailable + self.safety_down);
     }
 
-    /// What the watcher sees at `at`: machines not being deleted, and how many of them are Running. A breach
-    /// is recorded with `context()` appended (what the sets held at that instant, to find the cause in the logs).
-    pub fn observe(&mut self, at: Duration, machines: u32, running: u32, context: impl FnOnce() -> String) {
+    /// What the watcher sees at `at`: machines not being deleted, how many of them are Running, and whether a
+    /// MachineSet of the deployment is frozen. A breach is recorded with `context()` appended (what the sets held
+    /// at that instant, to find the cause in the logs).
+    ///
+    /// The floor is not judged while a set is frozen: the overshoot freeze is MCM's deliberate stop of a set that
+    /// owns too many machines (at `--safety-up` above its size), and while it lasts the deployment creates no
+    /// replacements, so the Running count may sink below the floor until the freeze lifts. The ceiling is judged
+    /// all the same; freezes are counted in [`Bounds::frozen`].
+    pub fn observe(
+        &mut self,
+        at: Duration,
+        machines: u32,
+        running: u32,
+        frozen: bool,
+        context: impl FnOnce() -> String,
+    ) {
+        self.frozen += u32::from(frozen);
         self.last = (machines, running);
         self.peak = self.peak.max(machines);
         self.lowest_running = Some(self.lowest_running.map_or(running, |low| low.min(running)));
@@ -272,7 +289,7 @@ impl Bounds {
         if machines > ceiling {
             breach = Some(format!("{machines} machines at {at:.1} s (at most {ceiling})"));
         }
-        if running < floor {
+        if running < floor && !frozen {
             breach = Some(format!("{running} Running at {at:.1} s (at least {floor})"));
         }
         if let Some(breach) = breach {
@@ -383,23 +400,23 @@ mod tests {
         // maxSurge 10 %, maxUnavailable 0, safety margins 2 up and 1 down.
         let mut b = Bounds::new(10, 0, 2, 1);
         b.wish(s(0), 100);
-        b.observe(s(1), 112, 0, String::new); // 100 + 10 + 2
+        b.observe(s(1), 112, 0, false, String::new); // 100 + 10 + 2
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(s(1), 113, 0, String::new);
+        b.observe(s(1), 113, 0, false, String::new);
         assert_eq!(b.breaches.len(), 1, "{:?}", b.breaches);
         // Scaled down while 100 run: the 100 may stay until the controllers act.
         let mut b = Bounds::new(10, 0, 2, 1);
         b.wish(s(0), 100);
-        b.observe(s(50), 100, 100, String::new);
+        b.observe(s(50), 100, 100, false, String::new);
         b.wish(s(100), 60);
-        b.observe(s(130), 100, 100, String::new);
-        b.observe(s(140), 60, 60, String::new);
+        b.observe(s(130), 100, 100, false, String::new);
+        b.observe(s(140), 60, 60, false, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
         // A rolling update of 60 keeps at least 59 Running.
         b.wish(s(200), 60);
-        b.observe(s(230), 66, 59, String::new);
+        b.observe(s(230), 66, 59, false, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
-        b.observe(s(231), 66, 58, || ": set a 66/66".to_string());
+        b.observe(s(231), 66, 58, false, || ": set a 66/66".to_string());
         assert_eq!(b.breaches, vec!["58 Running at 231.0 s (at least 59): set a 66/66".to_string()]);
         assert_eq!((b.peak, b.lowest_running), (100, Some(58)));
         assert!(!b.verdict().held);
@@ -410,22 +427,35 @@ mod tests {
         let s = Duration::from_secs;
         let mut b = Bounds::new(10, 0, 2, 1);
         b.wish(s(0), 70); // at most 70 + 7 + 2 = 79
-        b.observe(s(30), 60, 60, String::new);
+        b.observe(s(30), 60, 60, false, String::new);
         b.wish(s(40), 52); // at most max(52, 60) + 6 + 2 = 68
         // A batch decided before the change lands within the settling time: the old ceiling holds.
-        b.observe(s(40) + SETTLE - s(1), 79, 60, String::new);
+        b.observe(s(40) + SETTLE - s(1), 79, 60, false, String::new);
         assert!(b.breaches.is_empty(), "{:?}", b.breaches);
         // Once settled, the new one.
-        b.observe(s(40) + SETTLE, 69, 60, String::new);
+        b.observe(s(40) + SETTLE, 69, 60, false, String::new);
         assert_eq!(b.breaches, vec![format!("69 machines at {:.1} s (at most 68)", (s(40) + SETTLE).as_secs_f64())]);
+    }
+
+    #[test]
+    fn a_frozen_set_suspends_the_floor_but_not_the_ceiling() {
+        let s = Duration::from_secs;
+        let mut b = Bounds::new(10, 0, 2, 1);
+        b.wish(s(0), 60);
+        b.observe(s(30), 60, 60, false, String::new);
+        b.observe(s(60), 60, 50, true, String::new);
+        assert!(b.breaches.is_empty(), "{:?}", b.breaches);
+        b.observe(s(61), 69, 50, true, String::new);
+        assert_eq!(b.breaches.len(), 1, "{:?}", b.breaches);
+        assert_eq!(b.frozen, 2);
     }
 
     #[test]
     fn a_scale_up_from_few_running_sets_a_low_floor() {
         let mut b = Bounds::new(10, 0, 2, 1);
-        b.observe(Duration::ZERO, 0, 0, String::new);
+        b.observe(Duration::ZERO, 0, 0, false, String::new);
         b.wish(Duration::ZERO, 100);
-        b.observe(Duration::ZERO, 100, 3, String::new);
+        b.observe(Duration::ZERO, 100, 3, false, String::new);
         assert!(b.verdict().held, "{:?}", b.breaches);
     }
 }

@@ -41,6 +41,8 @@ pub struct TrialReport {
     pub peak_machines: u32,
     /// The fewest Running ones it saw.
     pub lowest_running: Option<u32>,
+    /// Watcher observations while a MachineSet was frozen by the overshoot freeze (the floor is not judged then).
+    pub frozen: u32,
     /// From the end of the faults to convergence (`None`: not within the timeout).
     pub converge: Option<Duration>,
     /// The whole trial.
@@ -106,6 +108,7 @@ impl TrialReport {
             "vmsDeleted": self.vms_deleted,
             "peakMachines": self.peak_machines,
             "lowestRunning": self.lowest_running,
+            "frozenObservations": self.frozen,
             "convergeSeconds": self.converge.map(|d| d.as_secs_f64()),
             "seconds": self.elapsed.as_secs_f64(),
             "held": self.held(),
@@ -172,6 +175,7 @@ impl ChaosReport {
             "VMs made/deleted",
             "peak",
             "lowest Running",
+            "frozen",
             "converged in",
         ];
         let rows: Vec<Vec<String>> = self
@@ -197,6 +201,7 @@ impl ChaosReport {
                     format!("{}/{}", t.vms_created, t.vms_deleted),
                     t.peak_machines.to_string(),
                     t.lowest_running.map_or("-".into(), |n| n.to_string()),
+                    t.frozen.to_string(),
                     t.converge.map_or("not converged".into(), |d| format!("{:.1} s", d.as_secs_f64())),
                 ]
             })
@@ -277,6 +282,7 @@ mod tests {
             vms_deleted: 15,
             peak_machines: 12,
             lowest_running: Some(0),
+            frozen: 0,
             converge: Some(Duration::from_millis(4200)),
             elapsed: Duration::from_secs(50),
             verdicts,

@@ -21,7 +21,7 @@ use super::plan::{Fault, Step, TrialPlan};
 use super::processes::{Pair, ProcessConfig};
 use super::report::TrialReport;
 use super::{ChaosError, ChaosOptions};
-use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE, NODE_LABEL};
 use crate::api::mcm::{Machine, MachineDeployment, MachinePhase, MachineSet};
 use crate::apiserver::ApiServer;
 use crate::apiserver::faults::{Selector, Verb};
@@ -165,7 +165,11 @@ impl World {
                     let (machines, running) = count(&store);
                     let mut guard = lock(&bounds);
                     let at = guard.0.elapsed();
-                    guard.1.observe(at, machines, running, || by_set(&store, &sets));
+                    let frozen = sets
+                        .state()
+                        .iter()
+                        .any(|s| s.labels().get(FREEZE_LABEL).map(String::as_str) == Some(FREEZE_VALUE));
+                    guard.1.observe(at, machines, running, frozen, || by_set(&store, &sets));
                     futures::future::ready(())
                 },
             ))
@@ -226,6 +230,7 @@ impl World {
         {
             let mut guard = lock(&self.bounds);
             guard.1.breaches.clear();
+            guard.1.frozen = 0;
             guard.1.peak = 0;
             guard.1.lowest_running = None;
         }
@@ -322,10 +327,10 @@ impl World {
             None => self.snapshot(replicas, &revision).await?,
         };
         let mut verdicts = invariants::check(&snapshot);
-        let (peak, lowest_running) = {
+        let (peak, lowest_running, frozen) = {
             let guard = lock(&self.bounds);
             verdicts.push(guard.1.verdict());
-            (guard.1.peak, guard.1.lowest_running)
+            (guard.1.peak, guard.1.lowest_running, guard.1.frozen)
         };
         let cloud = self.cloud.counts();
         let stats = self.env.cloud.stats();
@@ -344,6 +349,7 @@ impl World {
             vms_deleted: stats.vms_deleted - deleted_before,
             peak_machines: peak,
             lowest_running,
+            frozen,
             converge: converged.map(|_| converge),
             elapsed: started.elapsed(),
             verdicts,
