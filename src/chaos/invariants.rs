@@ -193,16 +193,17 @@ pub fn check(s: &Snapshot) -> Vec<Verdict> {
 }
 
 /// How long the bounds before a change of the wish still hold (see [`Bounds`]).
-pub const SETTLE: Duration = Duration::from_secs(20);
+pub const SETTLE: Duration = Duration::from_secs(30);
 
 /// The deployment's bounds as a watcher of its Machines sees them during a trial. Upward: the controllers never
 /// hold more machines (not being deleted) than `max(wanted, what there was when the wish changed)` plus
 /// `maxSurge` plus the safety margin `--safety-up`. Downward: never fewer Running machines than
 /// `min(wanted, Running ones when the wish changed)` minus `maxUnavailable` minus `--safety-down`.
 ///
-/// For [`SETTLE`] after a change of the wish the previous bounds also hold: a MachineSet's pass that began before
-/// the change finishes the batch it decided (as upstream's slow-start batches do) before the next pass sees the
-/// new size.
+/// For [`SETTLE`] after a change of the wish the bounds it replaced also hold (all of them, when the wish changed
+/// several times): a MachineSet's pass that began before the change finishes the batch it decided (as upstream's
+/// slow-start batches do), and a leader that has just started may run a set's pass on the size it had before the
+/// deployment's pass propagates the new one.
 #[derive(Clone, Debug)]
 pub struct Bounds {
     surge_percent: u32,
@@ -211,8 +212,8 @@ pub struct Bounds {
     safety_down: u32,
     ceiling: u32,
     floor: u32,
-    /// The bounds before the last change of the wish, and when it changed.
-    previous: Option<(Duration, u32, u32)>,
+    /// The bounds replaced by changes of the wish within the last [`SETTLE`], with when each was replaced.
+    previous: Vec<(Duration, u32, u32)>,
     last: (u32, u32),
     /// The most machines seen at once.
     pub peak: u32,
@@ -235,7 +236,7 @@ impl Bounds {
             safety_down,
             ceiling: 0,
             floor: 0,
-            previous: None,
+            previous: Vec::new(),
             last: (0, 0),
             peak: 0,
             lowest_running: None,
@@ -251,7 +252,8 @@ impl Bounds {
 
     /// At `at`, the deployment now wants `replicas`; the watcher last saw `(machines, running)`.
     pub fn wish(&mut self, at: Duration, replicas: u32) {
-        self.previous = Some((at, self.ceiling, self.floor));
+        self.previous.retain(|(replaced, _, _)| at.saturating_sub(*replaced) < SETTLE);
+        self.previous.push((at, self.ceiling, self.floor));
         let (machines, running) = self.last;
         let base = replicas.max(machines);
         self.ceiling = base + self.surge(base) + self.safety_up;
@@ -278,12 +280,11 @@ impl Bounds {
         self.last = (machines, running);
         self.peak = self.peak.max(machines);
         self.lowest_running = Some(self.lowest_running.map_or(running, |low| low.min(running)));
-        let (ceiling, floor) = match self.previous {
-            Some((changed, ceiling, floor)) if at.saturating_sub(changed) < SETTLE => {
-                (self.ceiling.max(ceiling), self.floor.min(floor))
-            }
-            _ => (self.ceiling, self.floor),
-        };
+        let (ceiling, floor) = self
+            .previous
+            .iter()
+            .filter(|(replaced, _, _)| at.saturating_sub(*replaced) < SETTLE)
+            .fold((self.ceiling, self.floor), |(c, f), (_, ceiling, floor)| (c.max(*ceiling), f.min(*floor)));
         let at = at.as_secs_f64();
         let mut breach = None;
         if machines > ceiling {
@@ -435,6 +436,23 @@ mod tests {
         // Once settled, the new one.
         b.observe(s(40) + SETTLE, 69, 60, false, String::new);
         assert_eq!(b.breaches, vec![format!("69 machines at {:.1} s (at most 68)", (s(40) + SETTLE).as_secs_f64())]);
+    }
+
+    #[test]
+    fn every_bound_replaced_within_the_settling_time_holds() {
+        let s = Duration::from_secs;
+        let mut b = Bounds::new(10, 0, 2, 1);
+        b.wish(s(0), 100); // at most 112
+        b.observe(s(40), 60, 60, false, String::new);
+        b.wish(s(50), 70); // at most 79
+        b.wish(s(60), 52); // at most 68
+        // A new leader's set pass still on the size of 100.
+        b.observe(s(61), 112, 60, false, String::new);
+        assert!(b.breaches.is_empty(), "{:?}", b.breaches);
+        b.observe(s(81), 79, 60, false, String::new); // the 100's bound replaced 31 s ago; the 70's holds
+        assert!(b.breaches.is_empty(), "{:?}", b.breaches);
+        b.observe(s(81), 80, 60, false, String::new);
+        assert_eq!(b.breaches.len(), 1, "{:?}", b.breaches);
     }
 
     #[test]

@@ -42,6 +42,8 @@ const ROLE_TAG: &str = "kubernetes.io/role/node";
 const SURGE_PERCENT: u32 = 10;
 const SAFETY_UP: u32 = 2;
 const SAFETY_DOWN: u32 = 1;
+/// How long after a VM's deletion the simulated cloud-controller-manager deletes its Node.
+const NODE_REMOVAL: Duration = Duration::from_secs(5);
 
 fn manifest(boot: Duration) -> String {
     let boot = boot.as_secs_f64();
@@ -132,6 +134,12 @@ impl World {
             sample: false,
             run_controllers: false,
             webhooks: false,
+            // The cloud-controller-manager's part: a machine deleted before it learned its Node's name leaves the
+            // Node to it, as in a real cluster.
+            kubelet: crate::providers::inmemory::KubeletConfig {
+                remove_nodes_of_deleted_vms: Some(NODE_REMOVAL),
+                ..Default::default()
+            },
             ..DevOptions::default()
         };
         let env = DevEnvironment::start(&dev, |_| {}).await?;

@@ -451,6 +451,7 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 external: None,
                 webhooks: !args.no_webhooks,
                 capi_nodes: crate::controllers::CapiNodes::Target,
+                kubelet: crate::providers::inmemory::KubeletConfig::default(),
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;

@@ -55,6 +55,8 @@ pub struct DevOptions {
     /// registers them ([`CapiNodes::Target`]); [`CapiNodes::PerCluster`] reads each Cluster's kubeconfig Secret
     /// as `mcm run` does.
     pub capi_nodes: CapiNodes,
+    /// How the in-memory cloud's kubelet behaves (heartbeats, retries, whether it removes the Nodes of deleted VMs).
+    pub kubelet: KubeletConfig,
 }
 
 impl Default for DevOptions {
@@ -72,6 +74,7 @@ impl Default for DevOptions {
             external: None,
             webhooks: false,
             capi_nodes: CapiNodes::Target,
+            kubelet: KubeletConfig::default(),
         }
     }
 }
@@ -356,7 +359,7 @@ impl DevEnvironment {
                 server.addr()
             ));
         }
-        environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), KubeletConfig::default()));
+        environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), options.kubelet.clone()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (cloud_addr, cloud_server) = crate::providers::inmemory::remote::serve(environment.cloud.clone(), loopback)

@@ -33,6 +33,9 @@ pub struct KubeletConfig {
     pub min_retry: Duration,
     /// Longest retry delay. Default 30 s.
     pub max_retry: Duration,
+    /// Plays the cloud-controller-manager's node lifecycle controller: the Node of a VM deleted this long ago is
+    /// deleted (`None`, the default: never; `mcm chaos` turns it on).
+    pub remove_nodes_of_deleted_vms: Option<Duration>,
 }
 
 impl Default for KubeletConfig {
@@ -42,6 +45,7 @@ impl Default for KubeletConfig {
             concurrency: 16,
             min_retry: Duration::from_millis(200),
             max_retry: Duration::from_secs(30),
+            remove_nodes_of_deleted_vms: None,
         }
     }
 }
@@ -196,7 +200,8 @@ impl Worker {
             // Plan over the cloud in place and copy only the VMs a write needs: rounds stay cheap with thousands
             // of VMs.
             let (decided, vms) = self.cloud.inspect(|all| {
-                let decided = plan(all.values(), records, now, self.config.heartbeat);
+                let decided =
+                    plan(all.values(), records, now, self.config.heartbeat, self.config.remove_nodes_of_deleted_vms);
                 let wanted: HashSet<&str> = decided.actions.iter().map(|(id, _)| id.as_str()).collect();
                 let vms: HashMap<String, Vm> = all
                     .values()
@@ -292,8 +297,18 @@ impl Worker {
             (Action::MarkReady, Some(vm), Some(record)) => self.post_ready(vm, &record.node_name).await,
             (Action::Heartbeat, _, Some(record)) => self.heartbeat(record).await,
             (Action::MarkUnknown, _, Some(record)) => self.mark_unknown(record).await,
+            (Action::RemoveNode, _, Some(record)) => self.remove(record).await,
             // The plan only asks for what it has the inputs for.
             _ => Ok(record.cloned()),
+        }
+    }
+
+    /// Deletes the Node of a deleted VM (already gone: nothing to do); the record is forgotten.
+    async fn remove(&self, record: &Record) -> Outcome {
+        match self.nodes.delete(&record.node_name, &Default::default()).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+            Err(source) => Err(KubeletError::Api { node: record.node_name.clone(), source }),
         }
     }
 

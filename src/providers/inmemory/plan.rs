@@ -48,6 +48,9 @@ pub enum Action {
     MarkReady,
     /// Set the conditions Unknown: the VM died or was deleted.
     MarkUnknown,
+    /// Delete the Node of a VM deleted a while ago, as a cloud-controller-manager's node lifecycle controller
+    /// does for an instance that no longer exists (only when asked to: see `plan`'s `remove_after`).
+    RemoveNode,
 }
 
 /// What is due now and when to look again (`None`: only when the cloud changes).
@@ -60,12 +63,15 @@ pub struct Plan {
 }
 
 /// Decides the writes due at `now`. A VM's Node should be Ready once the VM runs and is initialized, Unknown once
-/// it is dead or deleted; heartbeats every `heartbeat` (none when `None`).
+/// it is dead or deleted; heartbeats every `heartbeat` (none when `None`); and, with `remove_after`, gone that
+/// long after its VM was deleted (the Node of a machine deleted before it learned its Node's name is otherwise
+/// nobody's to delete: in a real cluster the cloud-controller-manager deletes it).
 pub fn plan<'a>(
     vms: impl IntoIterator<Item = &'a Vm>,
     records: &HashMap<String, Record>,
     now: Instant,
     heartbeat: Option<Duration>,
+    remove_after: Option<Duration>,
 ) -> Plan {
     let mut plan = Plan::default();
     let mut wake = |t: Instant| {
@@ -100,6 +106,14 @@ pub fn plan<'a>(
                 }
             }
             Some((Phase::Unknown, _)) if up => Some(Action::MarkReady),
+            Some((Phase::Unknown, _)) => match (remove_after, vm.deleted_at) {
+                (Some(after), Some(deleted)) if deleted + after <= now => Some(Action::RemoveNode),
+                (Some(after), Some(deleted)) => {
+                    wake(deleted + after);
+                    None
+                }
+                _ => None,
+            },
             _ => None,
         };
         if let Some(action) = action {
@@ -254,11 +268,30 @@ mod tests {
         ];
         for (name, vm, rec, now, beat, want_action, want_wake) in cases {
             let records: HashMap<String, Record> = rec.into_iter().map(|r| (id.clone(), r)).collect();
-            let got = plan(&[vm], &records, now, beat);
+            let got = plan(&[vm], &records, now, beat, None);
             let want_actions: Vec<(String, Action)> = want_action.into_iter().map(|a| (id.clone(), a)).collect();
             assert_eq!(got.actions, want_actions, "{name}");
             assert_eq!(got.wake_at, want_wake, "{name}");
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_node_of_a_deleted_vm_is_removed_when_asked_to() {
+        let t0 = Instant::now();
+        let deleted = Vm { deleted_at: Some(t0 + S * 5), ..vm("a", t0, 0) };
+        let id = deleted.provider_id.clone();
+        let unknown: HashMap<String, Record> = [(id.clone(), record(Phase::Unknown, t0))].into();
+        let after = Some(S * 10);
+        let early = plan(std::slice::from_ref(&deleted), &unknown, t0 + S * 6, BEAT, after);
+        assert_eq!((early.actions.as_slice(), early.wake_at), (&[][..], Some(t0 + S * 15)));
+        let due = plan(std::slice::from_ref(&deleted), &unknown, t0 + S * 15, BEAT, after);
+        assert_eq!(due.actions, vec![(id.clone(), Action::RemoveNode)]);
+        let never = plan(std::slice::from_ref(&deleted), &unknown, t0 + S * 99, BEAT, None);
+        assert!(never.actions.is_empty());
+        // Still Ready: marked Unknown first, as a kubelet that stops posting would.
+        let ready: HashMap<String, Record> = [(id.clone(), record(Phase::Ready, t0))].into();
+        let first = plan(std::slice::from_ref(&deleted), &ready, t0 + S * 99, BEAT, after);
+        assert_eq!(first.actions, vec![(id, Action::MarkUnknown)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -269,7 +302,7 @@ mod tests {
             ("inmemory:///z/y".to_string(), record(Phase::Unknown, t0)),
         ]
         .into();
-        let got = plan(&[] as &[Vm], &records, t0, BEAT);
+        let got = plan(&[] as &[Vm], &records, t0, BEAT, None);
         assert_eq!(got.actions, vec![("inmemory:///z/x".to_string(), Action::MarkUnknown)]);
     }
 
