@@ -19,6 +19,7 @@ mod capi;
 mod cli;
 mod dev;
 mod drain;
+mod fuzz_corpora;
 mod infra;
 mod kube;
 mod machines;
