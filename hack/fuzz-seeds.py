@@ -81,6 +81,55 @@ def write(target, name, text):
         f.write(text)
 
 
+def write_bytes(target, name, data):
+    with open(os.path.join(CORPUS, target, "seed-" + name), "wb") as f:
+        f.write(data)
+
+
+# The protocol buffers wire format, enough for the out-of-tree driver's messages (proto/mcm/driver/v1/driver.proto).
+def varint(n):
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number, value):
+    """A length-delimited field (strings, bytes, messages, map entries)."""
+    data = value.encode() if isinstance(value, str) else value
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def entry(number, key, value):
+    return field(number, field(1, key) + field(2, value))
+
+
+def grpc_seeds():
+    """`grpc` inputs of provider_spec: requests as `mcm run` sends them to an out-of-tree driver, and answers."""
+    specs = {
+        "AWS": {"ami": "ami-0123", "machineType": "m5.large", "region": "eu-west-1", "networkInterfaces": [
+            {"subnetID": "subnet-1", "securityGroupIDs": ["sg-1"]}], "tags": {"kubernetes.io/cluster/c": "1",
+            "kubernetes.io/role/node": "1"}},
+        "InMemory": {"bootSeconds": 1},
+    }
+    for provider, spec in specs.items():
+        machine = (field(1, "m-1") + field(2, "ns") + field(3, "aws:///eu-west-1a/i-0123") + entry(4, "a", "b")
+                   + field(5, compact({"labels": {"x": "y"}})))
+        machine_class = field(1, "class") + field(2, provider) + field(3, compact(spec)) + field(4, compact(
+            {"capacity": {"cpu": "2"}, "instanceType": "m5.large", "region": "eu-west-1", "zone": "eu-west-1a"}))
+        request = field(1, machine) + field(2, machine_class) + entry(3, "userData", b"#!/bin/sh") + field(4, "s")
+        write_bytes("provider_spec", f"grpc-machine-request-{provider.lower()}", b"grpc\n" + request)
+    write_bytes("provider_spec", "grpc-list-request", b"grpc\n" + field(1, field(2, "AWS") + field(3, "{}"))
+                + entry(2, "k", b"v"))
+    write_bytes("provider_spec", "grpc-volumes-request", b"grpc\n" + field(1, compact(
+        {"awsElasticBlockStore": {"volumeID": "vol-1"}})) + field(1, compact({"csi": {"driver": "d", "volumeHandle": "h"}})))
+    write_bytes("provider_spec", "grpc-create-response", b"grpc\n" + field(1, "aws:///z/i-1") + field(2, "n")
+                + field(3, "st") + field(4, field(1, "InternalIP") + field(2, "10.0.0.1")))
+    write_bytes("provider_spec", "grpc-status-trailer", b"grpc\n\x06ResourceExhausted")
+
+
 def compact(value):
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
@@ -120,6 +169,7 @@ def provider_specs():
         "inmemory-null": "inmemory\nnull",
     }.items():
         write("provider_spec", name, text)
+    grpc_seeds()
 
 
 def convert():
