@@ -71,7 +71,11 @@ fn check_label_selector(selector: &LabelSelector, source: &str) {
     let matched = selector.matches_object(&object);
     let by_text = selector.matches_with(|key| labels.get(key).and_then(Value::as_str));
     assert_eq!(matched, by_text, "label selector {source:?}: matching parsed labels and indexed labels disagree");
-    if selector.requirements.iter().all(|r| r.operator == LabelOperator::Equals) {
+    // Unless it requires one key twice (`p=,p=m` matches nothing, as in kube).
+    let keys: std::collections::BTreeSet<&String> = selector.requirements.iter().map(|r| &r.key).collect();
+    if selector.requirements.iter().all(|r| r.operator == LabelOperator::Equals)
+        && keys.len() == selector.requirements.len()
+    {
         assert!(matched, "label selector {source:?} does not match the labels it requires");
     }
 }
