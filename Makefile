@@ -91,10 +91,12 @@ FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := apiserver_request apiserver_patch field_validation provider_spec migrate_plan convert_roundtrip
 # Where the fuzzer keeps what it finds: the committed corpora (fuzz/corpus) are only read, and stay small.
 FUZZ_WORK ?= $(CURDIR)/target/fuzz
+# More libFuzzer flags, e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" to go on after a crash (how docs/reliability.md's runs were made).
+FUZZ_ARGS ?=
 
 fuzz: ## Run every fuzz target for FUZZ_SECONDS (default 60) each, one after the other (nightly and cargo-fuzz; docs/reliability.md#fuzzing)
 	for t in $(FUZZ_TARGETS); do \
 		mkdir -p $(FUZZ_WORK)/corpus/$$t && \
 		$(CARGO) +nightly fuzz run --sanitizer none $$t $(FUZZ_WORK)/corpus/$$t fuzz/corpus/$$t \
-			-- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+			-- -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(FUZZ_ARGS) || exit 1; \
 	done
