@@ -6,6 +6,7 @@
 pub mod api;
 pub mod apiserver;
 pub mod bench;
+pub mod chaos;
 pub mod cli;
 pub mod controllers;
 pub mod convert;

@@ -3,13 +3,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use super::error::ApiError;
 
@@ -145,6 +149,12 @@ pub struct Faults {
     latencies: Mutex<Vec<(Selector, Duration)>>,
     /// Resources (plural) whose watches deliver each event late, by this much.
     watch_lags: Mutex<Vec<(String, Duration)>>,
+    /// Until when every resource request waits (a server that stopped answering).
+    paused_until: Mutex<Option<Instant>>,
+    /// Draws for shares of failures; seeded for reproducible runs, from entropy otherwise.
+    rng: Mutex<StdRng>,
+    /// Requests failed on purpose so far.
+    injected: AtomicU64,
     requests: Family<RequestLabels, Counter>,
     counts: Mutex<BTreeMap<(String, String), u64>>,
     by_group: Mutex<BTreeMap<(String, String, String), u64>>,
@@ -163,6 +173,9 @@ impl Default for Faults {
             failures: Mutex::new(Vec::new()),
             latencies: Mutex::new(Vec::new()),
             watch_lags: Mutex::new(Vec::new()),
+            paused_until: Mutex::new(None),
+            rng: Mutex::new(StdRng::from_os_rng()),
+            injected: AtomicU64::new(0),
             requests,
             counts: Mutex::new(BTreeMap::new()),
             by_group: Mutex::new(BTreeMap::new()),
@@ -218,17 +231,37 @@ impl Faults {
         lock(&self.watch_lags).iter().filter(|(r, _)| r == resource).map(|(_, d)| *d).max().unwrap_or_default()
     }
 
-    /// Removes every injected fault, latency and watch lag.
+    /// Seeds the draws of [`Faults::fail_share`], so that a run with the same requests in the same order fails
+    /// the same ones.
+    pub fn seed(&self, seed: u64) {
+        *lock(&self.rng) = StdRng::seed_from_u64(seed);
+    }
+
+    /// Every resource request arriving before `now + length` waits until then: a server that stops answering
+    /// (requests hang rather than fail). Close the watches as well for watches to stall too.
+    pub fn pause(&self, length: Duration) {
+        *lock(&self.paused_until) = Some(Instant::now() + length);
+    }
+
+    /// How many requests were failed on purpose so far (never reset).
+    pub fn injected_failures(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// Removes every injected fault, latency, watch lag and pause.
     pub fn clear(&self) {
         lock(&self.failures).clear();
         lock(&self.latencies).clear();
         lock(&self.watch_lags).clear();
+        *lock(&self.paused_until) = None;
     }
 
     /// The injected delay and failure for a request, if any (consumes one of a "next N" failure).
     pub fn decide(&self, request: &RequestInfo) -> (Duration, Option<ApiError>) {
-        let delay =
+        let latency =
             lock(&self.latencies).iter().filter(|(s, _)| s.matches(request)).map(|(_, d)| *d).max().unwrap_or_default();
+        let paused = lock(&self.paused_until).map(|until| until.saturating_duration_since(Instant::now()));
+        let delay = latency.max(paused.unwrap_or_default());
         let mut failures = lock(&self.failures);
         let mut fail = None;
         for failure in failures.iter_mut().filter(|f| f.selector.matches(request)) {
@@ -238,9 +271,10 @@ impl Faults {
                     *n -= 1;
                     true
                 }
-                Trigger::Share(share) => rand::random::<f64>() < *share,
+                Trigger::Share(share) => lock(&self.rng).random::<f64>() < *share,
             };
             if fires {
+                self.injected.fetch_add(1, Ordering::Relaxed);
                 fail = Some(injected(failure.code));
                 break;
             }
@@ -349,6 +383,7 @@ mod tests {
         assert_eq!(f.decide(&create).1.unwrap().code, 503);
         assert_eq!(f.decide(&create).1.unwrap().code, 503);
         assert!(f.decide(&create).1.is_none());
+        assert_eq!(f.injected_failures(), 2);
     }
 
     #[test]
@@ -360,6 +395,32 @@ mod tests {
         assert!((800..1200).contains(&failed), "{failed}");
         f.clear();
         assert!(f.decide(&r).1.is_none());
+    }
+
+    #[test]
+    fn seeded_shares_fail_the_same_requests() {
+        let draws = |seed| {
+            let f = Faults::default();
+            f.seed(seed);
+            f.fail_share(Selector::any(), 0.3, 500);
+            let r = req(Verb::Patch, "", "nodes", None);
+            (0..64).map(|_| f.decide(&r).1.is_some()).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        assert_ne!(draws(7), draws(8));
+    }
+
+    #[test]
+    fn a_pause_delays_every_request_until_it_ends_and_clear_lifts_it() {
+        let f = Faults::default();
+        let r = req(Verb::Get, "", "nodes", None);
+        assert_eq!(f.decide(&r).0, Duration::ZERO);
+        f.pause(Duration::from_secs(60));
+        let (delay, failure) = f.decide(&r);
+        assert!(delay > Duration::from_secs(59) && delay <= Duration::from_secs(60), "{delay:?}");
+        assert!(failure.is_none());
+        f.clear();
+        assert_eq!(f.decide(&r).0, Duration::ZERO);
     }
 
     #[test]

@@ -47,6 +47,11 @@ enum Command {
     /// Measure speed and memory (see docs/benchmarks.md).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// A seeded soak under faults: two `mcm run` processes with leader election drive a MachineDeployment
+    /// through scale-ups, scale-downs and rolling updates while leaders are killed, writes fail, watches close,
+    /// the API server stops answering and the cloud fails; every trial's invariants are checked (exit 1 if one
+    /// broke). See docs/reliability.md.
+    Chaos(Box<ChaosArgs>),
     /// Print every CRD this project ships as YAML (ours and CAPI core's).
     Crds(CrdsArgs),
     /// Move MCM MachineDeployments to Cluster API objects and back, keeping every VM (docs/migration.md).
@@ -124,6 +129,49 @@ enum BenchCommand {
 }
 
 #[derive(Debug, clap::Args)]
+struct ChaosArgs {
+    /// The run's seed: the same seed draws the same trials and faults.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Trials, one after the other on the same deployment.
+    #[arg(long, default_value_t = 20)]
+    trials: u32,
+    /// The deployment's largest size.
+    #[arg(long, default_value_t = 100)]
+    machines: u32,
+    /// How long faults fire in each trial.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    window: crate::api::Duration,
+    /// The in-memory cloud's boot time.
+    #[arg(long, value_name = "DURATION", default_value = "1s")]
+    boot: crate::api::Duration,
+    /// Leaders killed (SIGKILL) per trial.
+    #[arg(long, default_value_t = 2)]
+    kills: u32,
+    /// How long the API server stops answering once per trial (0s: never).
+    #[arg(long, value_name = "DURATION", default_value = "12s")]
+    pause: crate::api::Duration,
+    /// Share of API writes answered 409, 500 or 429.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.10)]
+    api_write_failures: f64,
+    /// Share of cloud creates that fail.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.20)]
+    create_failures: f64,
+    /// Share of all cloud calls throttled.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.05)]
+    throttling: f64,
+    /// The controllers' orphan VM period; leaks must be gone one period after convergence.
+    #[arg(long, value_name = "DURATION", default_value = "20s")]
+    orphan_period: crate::api::Duration,
+    /// How long convergence may take after a trial's faults stop.
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    converge_timeout: crate::api::Duration,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
 struct DevArgs {
     /// Address to listen on [default: 127.0.0.1:6443, or the next free port]
     #[arg(long, value_name = "ADDR")]
@@ -177,6 +225,12 @@ pub enum CliError {
     /// A benchmark failed.
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
+    /// A chaos run could not run.
+    #[error(transparent)]
+    Chaos(#[from] crate::chaos::ChaosError),
+    /// A chaos run broke an invariant (the report says which).
+    #[error("an invariant broke (see the report above)")]
+    InvariantBroken,
     /// `mcm dev` failed.
     #[error(transparent)]
     Dev(#[from] crate::dev::DevError),
@@ -282,6 +336,39 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
             runtime.block_on(crate::run::run(options, ctrl_c(), |line| println!("mcm run: {line}")))?;
             Ok(())
+        }
+        Command::Chaos(args) => {
+            // The in-process API server and kubelet meet the injected faults on purpose; their warnings would bury
+            // the progress lines. The controllers' own logs go to files in the run's logs directory.
+            crate::telemetry::logging::init(crate::telemetry::logging::LogFormat::Text, "mcm::chaos=warn")?;
+            let runtime =
+                tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
+            let mut options = crate::chaos::ChaosOptions::new(std::env::current_exe().map_err(CliError::CurrentExe)?);
+            options.seed = args.seed;
+            options.trials = args.trials;
+            options.machines = args.machines;
+            options.window = args.window.0;
+            options.boot = args.boot.0;
+            options.kills = args.kills;
+            options.pause = args.pause.0;
+            options.api_write_failures = args.api_write_failures;
+            options.create_failures = args.create_failures;
+            options.throttling = args.throttling;
+            options.orphan_period = args.orphan_period.0;
+            options.converge_timeout = args.converge_timeout.0;
+            let mut phases = progress::Shared::stderr(&runtime);
+            let progress = |line: &str| phases.start(&format!("mcm chaos: {line}"));
+            let report = runtime.block_on(crate::chaos::run(options, progress))?;
+            phases.close();
+            let text = match args.json {
+                true => format!("{:#}\n", report.json()),
+                false => report.text(),
+            };
+            write_out(&mut std::io::stdout().lock(), &text)?;
+            match report.held() {
+                true => Ok(()),
+                false => Err(CliError::InvariantBroken),
+            }
         }
         Command::Bench(BenchCommand::Apiserver { objects, watchers, parallel }) => {
             init_logging()?;

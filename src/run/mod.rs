@@ -125,6 +125,24 @@ impl Running {
         }
     }
 
+    /// Cancels every reconcile at once, as a crash would, for a process that lost the lease: a reconcile let to
+    /// finish could write after another process took over (MCM exits when it loses the lease). Every controller
+    /// converges from wherever it was cut off.
+    async fn kill(self, metrics: &Metrics) {
+        let controllers = async {
+            if let Some(running) = self.controllers {
+                running.kill().await;
+            }
+        };
+        let infrastructure = async {
+            if let Some(running) = self.infrastructure {
+                running.kill().await;
+            }
+        };
+        futures::join!(controllers, infrastructure);
+        metrics.objects.set_frozen_gauge(None);
+    }
+
     /// Lets running reconciles finish (up to the shutdown grace), then ends the watches.
     async fn stop(self, metrics: &Metrics) {
         let controllers = async {
@@ -201,9 +219,16 @@ fn clients(which: &'static str, config: kube::Config, limit: RateLimit) -> Resul
     Ok(ClusterClients { client: client(which, config, &layer)?, no_retry: client(which, no_retry, &layer)? })
 }
 
-/// Builds the clusters' clients as `options` say.
-async fn clusters(options: &RunOptions) -> Result<Clusters, RunError> {
+/// Builds the clusters' clients as `options` say, and the leader election's own client of the control cluster.
+///
+/// The election's client has a rate limit bucket of its own and no automatic retries (as MCM gives the election a
+/// client of its own): queued behind the controllers' requests, or retried for seconds, a renewal could miss the
+/// renew deadline under load and the leader would step down for nothing.
+async fn clusters(options: &RunOptions) -> Result<(Clusters, Client), RunError> {
     let control_config = load_config("control", options.kubeconfig.as_ref()).await?;
+    let mut election_config = control_config.clone();
+    election_config.default_retry = false;
+    let election = client("control", election_config, &RateLimitLayer::new(options.rate_limit))?;
     let control = clients("control", control_config, options.rate_limit)?;
     let target = match &options.target {
         Target::None => None,
@@ -212,13 +237,14 @@ async fn clusters(options: &RunOptions) -> Result<Clusters, RunError> {
             Some(clients("target", load_config("target", Some(path)).await?, options.rate_limit)?)
         }
     };
-    Ok(Clusters {
+    let clusters = Clusters {
         control: control.client.clone(),
         target: target.as_ref().map(|t| t.client.clone()),
         drain: target.as_ref().map(|t| t.no_retry.clone()),
         probe: target.as_ref().map(|t| ProbeClients { control: control.no_retry.clone(), target: t.no_retry.clone() }),
         capi_nodes: options.target.capi_nodes(),
-    })
+    };
+    Ok((clusters, election))
 }
 
 /// The drivers this binary has, each metered.
@@ -275,7 +301,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
     progress: impl Fn(&str),
 ) -> Result<(), RunError> {
-    let clusters = clusters(&options).await?;
+    let (clusters, election_client) = clusters(&options).await?;
     let metrics = Metrics::new();
     metrics.register_with(|registry| options.controllers.metrics.register(registry));
     let health = Health::default();
@@ -309,7 +335,7 @@ pub async fn run(
                 "joining the leader election on Lease {}/{} as {}",
                 config.namespace, config.lease_name, config.identity
             ));
-            Some(tokio::spawn(leader::run(clusters.control.clone(), config.clone(), leadership_tx, election_stopped)))
+            Some(tokio::spawn(leader::run(election_client.clone(), config.clone(), leadership_tx, election_stopped)))
         }
         None => {
             leadership_tx.send_replace(Leadership::Leading);
@@ -334,7 +360,7 @@ pub async fn run(
             (Leadership::Following | Leadership::Unknown, true) => {
                 if let Some(leader) = running.take() {
                     progress("not leading any more: stopping the controllers");
-                    leader.stop(&metrics).await;
+                    leader.kill(&metrics).await;
                     progress("controllers stopped");
                 }
             }
@@ -359,7 +385,7 @@ pub async fn run(
                 if changed.is_err() {
                     // The election ended on its own (it only does when stopped); stop leading.
                     if let Some(leader) = running.take() {
-                        leader.stop(&metrics).await;
+                        leader.kill(&metrics).await;
                     }
                     break;
                 }

@@ -32,21 +32,41 @@ pub struct LeaderConfig {
     pub identity: String,
     /// How long a lease lasts without renewal (`--leader-elect-lease-duration`, 15s).
     pub lease_duration: Duration,
-    /// How long before the lease's expiry the leader renews it at the latest (`--leader-elect-renew-deadline`,
-    /// 10s: the lease is renewed when `lease_duration - renew_deadline` of it is left... see `grace`).
+    /// How long a leader may go without a successful renewal before it steps down (`--leader-elect-renew-deadline`,
+    /// 10s); shorter than the lease duration, so it stops before another process can take the lease.
     pub renew_deadline: Duration,
     /// How long to wait before trying again after an error (`--leader-elect-retry-period`, 2s).
     pub retry_period: Duration,
 }
 
 impl LeaderConfig {
-    /// kube-lease-manager's lease duration and grace (renew this long before expiry), in whole seconds: the grace
-    /// is `lease_duration - renew_deadline`, at least 1 s and less than the duration.
+    /// kube-lease-manager's lease duration and grace (renew this long before expiry), in whole seconds. As in
+    /// client-go the leader renews every retry period, so the grace is `lease_duration - retry_period`, at least
+    /// 1 s and less than the duration: a renewal that fails has the rest of the renew deadline to succeed.
     pub fn seconds(&self) -> (u64, u64) {
         let duration = self.lease_duration.as_secs().max(2);
-        let grace = self.lease_duration.saturating_sub(self.renew_deadline).as_secs().clamp(1, duration - 1);
+        let grace = self.lease_duration.saturating_sub(self.retry_period).as_secs().clamp(1, duration - 1);
         (duration, grace)
     }
+}
+
+/// Whether a leader whose last successful renewal was at `renewed` must step down at `now`: it has gone longer
+/// than the renew deadline without one. kube-lease-manager keeps reporting leadership while it retries a renewal
+/// that met a conflict (backing off up to 5 s) or waits for a slow answer, which can outlast the lease; a standby
+/// may then take over while this process still runs its controllers. client-go's leader stops at the renew
+/// deadline, before the lease can expire; this check gives ours the same bound.
+pub fn renewal_overdue(renewed: jiff::Timestamp, now: jiff::Timestamp, renew_deadline: Duration) -> bool {
+    let deadline = jiff::SignedDuration::try_from(renew_deadline).unwrap_or(jiff::SignedDuration::MAX);
+    now.duration_since(renewed) > deadline
+}
+
+/// The renewal time of the Lease when `identity` holds it.
+fn own_renewal(lease: &Lease, identity: &str) -> Option<jiff::Timestamp> {
+    let spec = lease.spec.as_ref()?;
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return None;
+    }
+    spec.renew_time.as_ref().or(spec.acquire_time.as_ref()).map(|t| t.0)
 }
 
 /// An identity unique to this process: the host name and a random suffix.
@@ -149,6 +169,10 @@ pub async fn run(
         {
             set(Leadership::Following);
         }
+        // While leading: when the lease was last seen renewed by us (see `renewal_overdue`).
+        let mut renewed: Option<jiff::Timestamp> = None;
+        let mut check = tokio::time::interval(config.retry_period.max(Duration::from_millis(100)));
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let mut stop_here = stop.clone();
             tokio::select! {
@@ -162,12 +186,34 @@ pub async fn run(
                     }
                     return;
                 }
+                _ = check.tick(), if renewed.is_some() => {
+                    // A read that fails or hangs leaves the last renewal seen; time runs on regardless.
+                    let read = tokio::time::timeout(config.retry_period.max(Duration::from_secs(1)), leases.get(&config.lease_name)).await;
+                    if let Ok(Ok(lease)) = read
+                        && let Some(at) = own_renewal(&lease, &config.identity)
+                    {
+                        renewed = renewed.max(Some(at));
+                    }
+                    if renewed.is_some_and(|at| renewal_overdue(at, jiff::Timestamp::now(), config.renew_deadline)) {
+                        tracing::warn!(
+                            lease = %config.lease_name,
+                            renew_deadline = ?config.renew_deadline,
+                            "the lease was not renewed within the renew deadline; stepping down"
+                        );
+                        set(Leadership::Unknown);
+                        break;
+                    }
+                }
                 result = manager.changed() => match result {
                     Ok(true) => {
+                        renewed = Some(jiff::Timestamp::now());
                         set(Leadership::Leading);
                         became_leader(&client, &leases, &config).await;
                     }
-                    Ok(false) => set(Leadership::Following),
+                    Ok(false) => {
+                        renewed = None;
+                        set(Leadership::Following);
+                    }
                     Err(e) => {
                         // Renewal or reading failed: stop leading now rather than when the lease has expired and
                         // another process may already lead.
@@ -192,23 +238,50 @@ mod tests {
 
     use super::*;
 
-    fn config(duration: u64, renew: u64) -> LeaderConfig {
+    fn config(duration: u64, retry_ms: u64) -> LeaderConfig {
         LeaderConfig {
             lease_name: "l".into(),
             namespace: "default".into(),
             identity: "me".into(),
             lease_duration: Duration::from_secs(duration),
-            renew_deadline: Duration::from_secs(renew),
-            retry_period: Duration::from_secs(2),
+            renew_deadline: Duration::from_secs(duration * 2 / 3),
+            retry_period: Duration::from_millis(retry_ms),
         }
     }
 
     #[test]
-    fn grace_is_duration_minus_renew_deadline() {
-        assert_eq!(config(15, 10).seconds(), (15, 5));
-        assert_eq!(config(15, 15).seconds(), (15, 1));
+    fn the_leader_renews_every_retry_period() {
+        // (duration, grace): kube-lease-manager renews `grace` before expiry, i.e. a retry period after a renewal.
+        assert_eq!(config(15, 2000).seconds(), (15, 13));
+        assert_eq!(config(3, 500).seconds(), (3, 2));
+        assert_eq!(config(2, 2000).seconds(), (2, 1));
         assert_eq!(config(1, 0).seconds(), (2, 1));
-        assert_eq!(config(4, 1).seconds(), (4, 3));
+    }
+
+    #[test]
+    fn a_renewal_is_overdue_after_the_renew_deadline() {
+        let at = |s: i64| jiff::Timestamp::from_second(s).unwrap();
+        let deadline = Duration::from_secs(10);
+        assert!(!renewal_overdue(at(100), at(105), deadline));
+        assert!(!renewal_overdue(at(100), at(110), deadline));
+        assert!(renewal_overdue(at(100), at(111), deadline));
+        // A renewal seen "in the future" (clock steps) is not overdue.
+        assert!(!renewal_overdue(at(100), at(99), deadline));
+    }
+
+    #[test]
+    fn only_our_own_renewals_count() {
+        let lease = |holder: &str| Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(holder.into()),
+                renew_time: Some(MicroTime(jiff::Timestamp::from_second(7).unwrap())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(own_renewal(&lease("me"), "me"), Some(jiff::Timestamp::from_second(7).unwrap()));
+        assert_eq!(own_renewal(&lease("other"), "me"), None);
+        assert_eq!(own_renewal(&Lease::default(), "me"), None);
     }
 
     #[test]

@@ -83,7 +83,8 @@ mod tests {
     fn rust_log_wins_over_the_level_when_set() {
         assert_eq!(filter(None, "debug").unwrap().max_level_hint(), Some(tracing::level_filters::LevelFilter::DEBUG));
         let from_env = filter(Some("warn"), "trace").unwrap();
-        assert_eq!(from_env.max_level_hint(), Some(tracing::level_filters::LevelFilter::INFO), "{from_env}");
+        // WARN, or INFO where cloud SDKs are compiled in (their targets are held at `info`): never the level's trace.
+        assert!(from_env.max_level_hint() <= Some(tracing::level_filters::LevelFilter::INFO), "{from_env}");
         assert!(!from_env.to_string().contains("trace"), "{from_env}");
         let empty = filter(Some(""), "debug").unwrap();
         assert_eq!(empty.max_level_hint(), Some(tracing::level_filters::LevelFilter::DEBUG), "{empty}");

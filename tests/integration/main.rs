@@ -16,6 +16,7 @@ macro_rules! needs_embedded_server {
 
 mod apiserver;
 mod capi;
+mod chaos;
 mod cli;
 mod dev;
 mod drain;

@@ -261,6 +261,45 @@ impl InMemoryCloud {
         killed
     }
 
+    /// Adds a VM made outside any driver of ours (another tool's, or by hand), tagged with `tags` (none: an
+    /// untagged VM), in zone `local-a`. It never boots, so no Node registers for it. Returns it.
+    pub fn plant(&self, name: &str, tags: BTreeMap<String, String>) -> Vm {
+        let now = Instant::now();
+        let vm = {
+            let mut state = self.lock();
+            let id = loop {
+                let id = format!("i-{:016x}", state.rng.random::<u64>());
+                if !state.vms.contains_key(&id) {
+                    break id;
+                }
+            };
+            let vm = Vm {
+                provider_id: format!("inmemory:///local-a/{id}"),
+                id: id.clone(),
+                machine_name: name.to_string(),
+                namespace: String::new(),
+                region: "local".into(),
+                zone: "local-a".into(),
+                machine_type: "m.medium".into(),
+                cpu: "2".into(),
+                memory: "4Gi".into(),
+                tags,
+                node_template: None,
+                kubelet_version: String::new(),
+                created_at: now,
+                // A century: never within a run.
+                boot_at: now + Duration::from_secs(100 * 365 * 24 * 3600),
+                initialized_at: Some(now),
+                dies_at: None,
+                deleted_at: None,
+            };
+            state.vms.insert(id, vm.clone());
+            vm
+        };
+        self.changed();
+        vm
+    }
+
     /// Drops the tombstones of deleted VMs (long runs); returns how many went.
     pub fn forget_deleted(&self) -> usize {
         let mut state = self.lock();

@@ -45,3 +45,56 @@ async fn a_standby_takes_over_when_the_leader_dies_and_nothing_is_created_twice(
     );
     env.env.shutdown().await;
 }
+
+/// A leader whose renewals all meet conflicts steps down before its lease can expire. kube-lease-manager alone
+/// keeps reporting leadership while it backs off (up to 5 s) after a conflict, long enough for a standby to take
+/// the expired lease while the old leader still runs its controllers: `mcm chaos` saw two leaders create machines
+/// for the same MachineSet at once. Fails without `leader::renewal_overdue`'s check.
+#[tokio::test]
+async fn a_leader_that_cannot_renew_steps_down_before_its_lease_expires() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use mcm::apiserver::faults::{Selector, Verb};
+    use mcm::telemetry::leader::{self, LeaderConfig, Leadership};
+    use tokio::sync::watch;
+
+    needs_embedded_server!("fault injection");
+    let (server, client) = crate::support::start().await;
+    let config = LeaderConfig {
+        lease_name: "split-brain".into(),
+        namespace: "default".into(),
+        identity: "a_1".into(),
+        lease_duration: Duration::from_secs(3),
+        renew_deadline: Duration::from_secs(2),
+        retry_period: Duration::from_millis(500),
+    };
+    let (state, mut leadership) = watch::channel(Leadership::Unknown);
+    let (stop, stopped) = watch::channel(false);
+    let election = tokio::spawn(leader::run(client.clone(), config, state, stopped));
+    tokio::time::timeout(WAIT, leadership.wait_for(|s| *s == Leadership::Leading)).await.unwrap().unwrap();
+    // A leader whose renewals succeed stays leader past several renew deadlines.
+    let changed = tokio::time::timeout(Duration::from_secs(7), leadership.changed()).await;
+    let lease = kube::Api::<Lease>::namespaced(client.clone(), "default").get("split-brain").await.unwrap();
+    assert!(
+        changed.is_err(),
+        "leadership changed to {:?} without faults; lease {:?}",
+        *leadership.borrow(),
+        lease.spec
+    );
+
+    // From now on every write to the Lease is answered 409 Conflict.
+    for verb in [Verb::Update, Verb::Patch] {
+        server.faults().fail_share(Selector::new(Some(verb), Some("leases.coordination.k8s.io")), 1.0, 409);
+    }
+    tokio::time::timeout(WAIT, leadership.wait_for(|s| *s != Leadership::Leading)).await.unwrap().unwrap();
+    let stepped_down = jiff::Timestamp::now();
+    let lease = kube::Api::<Lease>::namespaced(client, "default").get("split-brain").await.unwrap();
+    let spec = lease.spec.unwrap();
+    let expiry =
+        spec.renew_time.unwrap().0 + jiff::SignedDuration::from_secs(i64::from(spec.lease_duration_seconds.unwrap()));
+    assert!(stepped_down < expiry, "stepped down at {stepped_down}, after the lease expired at {expiry}");
+    assert!(server.faults().injected_failures() > 0);
+
+    stop.send(true).unwrap();
+    server.faults().clear();
+    tokio::time::timeout(WAIT, election).await.unwrap().unwrap();
+}
