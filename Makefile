@@ -9,7 +9,7 @@ IMG ?= ghcr.io/gardener/cluster-api-provider-mcm:v$(VERSION)
 PROVIDER_CRDS := infrastructure.cluster.x-k8s.io_mcmclusters infrastructure.cluster.x-k8s.io_mcmclustertemplates \
 	infrastructure.cluster.x-k8s.io_mcmclusteridentities infrastructure.cluster.x-k8s.io_mcmmachines infrastructure.cluster.x-k8s.io_mcmmachinetemplates
 
-.PHONY: dev build test test-kube crds fmt lint bench release-manifests docker-build upstream-tools \
+.PHONY: dev build test test-kube crds fmt lint fuzz bench release-manifests docker-build upstream-tools \
 	protobuf-descriptors proto-go adapters test-adapters mcm-peer bench-peer kubectl-plugin
 
 dev: ## Run `mcm dev`: a local control plane on 127.0.0.1 with a kubeconfig in .mcm/kubeconfig (Ctrl-C stops it)
@@ -80,7 +80,23 @@ bench: ## Measure the embedded API server and the controllers (release build; se
 bench-peer: mcm-peer ## The machines scenario with upstream MCM's controllers, then ours, side by side (docs/benchmarks.md)
 	$(CARGO) run --release --quiet -- bench machines --peer $(CURDIR)/target/adapters/bin/mcm-peer $(BENCH_ARGS)
 
-lint: ## Formatting and clippy (with every feature, and with none), warnings as errors
+lint: ## Formatting and clippy (with every feature, and with none), warnings as errors; the fuzz targets compile
 	$(CARGO) fmt --check
 	$(CARGO) clippy --all-targets --all-features -- -D warnings
 	$(CARGO) clippy --all-targets --no-default-features -- -D warnings
+	$(CARGO) check --manifest-path fuzz/Cargo.toml --target-dir $${CARGO_TARGET_DIR:-$(CURDIR)/target}
+
+# `make fuzz` runs each target this many seconds (FUZZ_SECONDS=600 make fuzz for the 10-minute runs).
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := apiserver_request apiserver_patch field_validation provider_spec migrate_plan convert_roundtrip
+# Where the fuzzer keeps what it finds: the committed corpora (fuzz/corpus) are only read, and stay small.
+FUZZ_WORK ?= $(CURDIR)/target/fuzz
+# More libFuzzer flags, e.g. FUZZ_ARGS="-fork=1 -ignore_crashes=1" to go on after a crash (how docs/reliability.md's runs were made).
+FUZZ_ARGS ?=
+
+fuzz: ## Run every fuzz target for FUZZ_SECONDS (default 60) each, one after the other (nightly and cargo-fuzz; docs/reliability.md#fuzzing)
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p $(FUZZ_WORK)/corpus/$$t && \
+		$(CARGO) +nightly fuzz run --sanitizer none $$t $(FUZZ_WORK)/corpus/$$t fuzz/corpus/$$t \
+			-- -max_total_time=$(FUZZ_SECONDS) -timeout=10 $(FUZZ_ARGS) || exit 1; \
+	done

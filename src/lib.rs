@@ -12,6 +12,8 @@ pub mod controllers;
 pub mod convert;
 pub mod dev;
 pub mod drain;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lifecycle;
 pub mod metrics;
 pub mod migrate;

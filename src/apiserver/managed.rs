@@ -60,7 +60,8 @@ fn collect(value: &Value, path: FieldPath, out: &mut FieldSet) {
     }
 }
 
-fn get<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
+/// The value at a field path; a null counts as absent.
+pub(crate) fn get<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(obj, |v, k| v.get(k)).filter(|v| !v.is_null())
 }
 

@@ -4,23 +4,23 @@
 //! Start one with [`ApiServer::start`]; it hands back its URL, a kubeconfig and a `kube::Client`. Many can run in
 //! one process. What it does not do (compared with kube-apiserver) is listed in `docs/apiserver.md`.
 
-mod admission;
+pub(crate) mod admission;
 mod auth;
-mod context;
+pub(crate) mod context;
 mod convert;
 mod discovery;
 pub mod error;
 pub mod faults;
-mod field_validation;
+pub(crate) mod field_validation;
 mod handlers;
-mod managed;
+pub(crate) mod managed;
 pub mod object;
 pub mod openapi;
-mod patch;
+pub(crate) mod patch;
 pub mod persist;
 pub mod printing;
 mod protobuf;
-mod request;
+pub(crate) mod request;
 pub mod resources;
 mod response;
 pub mod schema;

@@ -216,12 +216,14 @@ pub fn apply_capi_deployment_defaults(d: &mut capi::MachineDeployment) {
 }
 
 /// The CAPI status for a hub status. Lost on the way (the hub recomputes them): `unavailableReplicas`,
-/// `collisionCount`, `failedMachines`, `preservedFailedReplicas`, `lastUpdateTime` of conditions.
+/// `collisionCount`, `failedMachines`, `preservedFailedReplicas`, `lastUpdateTime` of conditions; and conditions
+/// of types that are not MCM's, which [`deployment_status_from_capi`] would not bring back.
 pub fn deployment_status_to_capi(s: &mcm::MachineDeploymentStatus) -> capi::MachineDeploymentStatus {
     let conditions: Vec<Condition> = s
         .conditions
         .iter()
         .flatten()
+        .filter(|c| !matches!(c.type_, MachineDeploymentConditionType::Other(_)))
         .map(|c| {
             condition_to_capi(
                 c.type_.as_str(),
@@ -285,6 +287,24 @@ pub fn deployment_status_from_capi(s: &capi::MachineDeploymentStatus) -> mcm::Ma
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As `machine_set::tests::a_condition_of_another_type_does_not_cross` (found by the `convert_roundtrip` fuzz
+    /// target there): only conditions of MCM's types cross to CAPI, the ones that come back.
+    #[test]
+    fn a_condition_of_another_type_does_not_cross() {
+        let hub: mcm::MachineDeploymentStatus = serde_json::from_value(serde_json::json!({
+            "replicas": 2,
+            "conditions": [
+                {"type": "Availabel", "status": "True", "lastTransitionTime": "2026-11-30T09:05:00Z"},
+                {"type": "Progressing", "status": "True", "lastTransitionTime": "2026-11-30T09:05:00Z"},
+            ],
+        }))
+        .unwrap();
+        let once = deployment_status_to_capi(&hub);
+        let types: Vec<&str> = once.conditions.iter().flatten().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["Progressing"]);
+        assert_eq!(deployment_status_to_capi(&deployment_status_from_capi(&once)), once);
+    }
 
     #[test]
     fn defaults_are_capis() {

@@ -20,6 +20,7 @@ mod chaos;
 mod cli;
 mod dev;
 mod drain;
+mod fuzz_corpora;
 mod infra;
 mod kube;
 mod machines;

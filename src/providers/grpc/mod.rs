@@ -8,7 +8,7 @@
 mod client;
 mod endpoint;
 mod server;
-mod wire;
+pub(crate) mod wire;
 
 /// The protocol's generated messages, client and server.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -16,7 +16,7 @@ mod kubelet;
 pub mod node;
 pub mod plan;
 pub mod remote;
-mod spec;
+pub(crate) mod spec;
 
 use serde_json::json;
 
