@@ -272,7 +272,11 @@ mod tests {
         assert_eq!(options(&["--webhook-port=0"]).unwrap().webhook_addr, None);
         assert_eq!(options(&["--webhook-port=9444"]).unwrap().webhook_addr, Some("0.0.0.0:9444".parse().unwrap()));
         let leader = o.leader.unwrap();
-        assert_eq!((leader.lease_name.as_str(), leader.seconds()), ("machine-controller-manager", (15, 5)));
+        assert_eq!(
+            (leader.lease_name.as_str(), leader.seconds()),
+            ("machine-controller-manager", (15, 13)),
+            "renewed every retry period (2 s)"
+        );
         for name in crate::controllers::CONTROLLER_NAMES {
             assert!(!o.controllers.disabled.contains(name), "{name} runs by default");
         }
