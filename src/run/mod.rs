@@ -129,30 +129,27 @@ impl Running {
     /// finish could write after another process took over (MCM exits when it loses the lease). Every controller
     /// converges from wherever it was cut off.
     async fn kill(self, metrics: &Metrics) {
-        let controllers = async {
-            if let Some(running) = self.controllers {
-                running.kill().await;
-            }
-        };
-        let infrastructure = async {
-            if let Some(running) = self.infrastructure {
-                running.kill().await;
-            }
-        };
-        futures::join!(controllers, infrastructure);
-        metrics.objects.set_frozen_gauge(None);
+        self.end(metrics, true).await;
     }
 
     /// Lets running reconciles finish (up to the shutdown grace), then ends the watches.
     async fn stop(self, metrics: &Metrics) {
+        self.end(metrics, false).await;
+    }
+
+    async fn end(self, metrics: &Metrics, cancel: bool) {
         let controllers = async {
-            if let Some(running) = self.controllers {
-                running.stop().await;
+            match (self.controllers, cancel) {
+                (Some(running), true) => running.kill().await,
+                (Some(running), false) => running.stop().await,
+                (None, _) => {}
             }
         };
         let infrastructure = async {
-            if let Some(running) = self.infrastructure {
-                running.stop().await;
+            match (self.infrastructure, cancel) {
+                (Some(running), true) => running.kill().await,
+                (Some(running), false) => running.stop().await,
+                (None, _) => {}
             }
         };
         futures::join!(controllers, infrastructure);
