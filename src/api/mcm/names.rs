@@ -22,10 +22,20 @@ pub const NODE_LABEL: &str = "node";
 pub const DEPLOYMENT_LABEL: &str = "name";
 /// Machine label: `true` (any `strconv.ParseBool` truth) forces the drain and deletion.
 pub const FORCE_DELETION_LABEL: &str = "force-deletion";
-/// Machine label the in-place strategy sets on machines moved to the new set (value [`UPDATE_SUCCESSFUL`]).
+/// The result of an in-place update: a Node label set by the node agent ([`UPDATE_SUCCESSFUL`] or
+/// [`UPDATE_FAILED`]), and a Machine label the in-place strategy sets on machines moved to the new set
+/// ([`UPDATE_SUCCESSFUL`], removed on the next pass).
 pub const UPDATE_RESULT: &str = "node.machine.sapcloud.io/update-result";
 /// The value of [`UPDATE_RESULT`] for a machine updated in place.
 pub const UPDATE_SUCCESSFUL: &str = "successful";
+/// The value of [`UPDATE_RESULT`] for an in-place update that failed.
+pub const UPDATE_FAILED: &str = "failed";
+/// Node label: the Node's machine belongs to an old MachineSet of an in-place rollout (value `true`).
+pub const CANDIDATE_FOR_UPDATE: &str = "node.machine.sapcloud.io/candidate-for-update";
+/// Node label: the Node is chosen for its in-place update (value `true`), by MCM (Auto) or the user (Manual).
+pub const SELECTED_FOR_UPDATE: &str = "node.machine.sapcloud.io/selected-for-update";
+/// Node annotation the node agent sets with [`UPDATE_FAILED`]: why the update failed.
+pub const UPDATE_FAILED_REASON: &str = "node.machine.sapcloud.io/update-failed-reason";
 /// Node label: the name of its Machine.
 pub const MACHINE_NAME_LABEL: &str = "node.gardener.cloud/machine-name";
 
@@ -116,6 +126,24 @@ pub const PAUSED_ANNOTATION: &str = "machine.sapcloud.io/paused";
 pub const CRITICAL_COMPONENTS_NOT_READY_TAINT: &str = "node.gardener.cloud/critical-components-not-ready";
 /// Node condition MCM sets before draining a node.
 pub const TERMINATING_CONDITION: &str = "Terminating";
+/// Node condition carrying the stage of an in-place update in its reason ([`in_place_reason`]).
+pub const IN_PLACE_CONDITION: &str = "InPlaceUpdate";
+
+/// The reasons of the [`IN_PLACE_CONDITION`] Node condition, in the order an update passes them.
+pub mod in_place_reason {
+    /// The Node's machine is in an old set of an in-place rollout.
+    pub const CANDIDATE: &str = "CandidateForUpdate";
+    /// The Node was selected; it is drained next.
+    pub const SELECTED: &str = "SelectedForUpdate";
+    /// The drain succeeded.
+    pub const DRAIN_SUCCESSFUL: &str = "DrainSuccessful";
+    /// The node agent may update now (its trigger).
+    pub const READY: &str = "ReadyForUpdate";
+    /// The node agent reported success.
+    pub const SUCCESSFUL: &str = "UpdateSuccessful";
+    /// The node agent reported failure.
+    pub const FAILED: &str = "UpdateFailed";
+}
 
 // Classes and their secrets.
 
