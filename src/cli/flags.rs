@@ -45,6 +45,10 @@ pub struct MachineControllerFlags {
     /// How long a preserved machine stays preserved (`node.machine.sapcloud.io/preserve`).
     #[arg(long, value_name = "DURATION", default_value = "96h")]
     pub machine_preserve_timeout: Duration,
+    /// How long an in-place update may run (InPlaceUpdating) before it is declared failed; per machine
+    /// `spec.inPlaceUpdateTimeout` overrides it.
+    #[arg(long = "machine-inplace-update-timeout", value_name = "DURATION", default_value = "20m")]
+    pub machine_inplace_update_timeout: Duration,
     /// Reconciles at once per controller (the machine and termination controllers each get this many).
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub concurrent_syncs: u16,
@@ -74,6 +78,7 @@ impl MachineControllerFlags {
             pv_detach_timeout: self.machine_pv_detach_timeout.0,
             pv_reattach_timeout: self.machine_pv_reattach_timeout.0,
             preserve_timeout: self.machine_preserve_timeout.0,
+            in_place_update_timeout: self.machine_inplace_update_timeout.0,
             ..MachineConfig::default()
         };
         let safety = SafetyConfig {

@@ -59,10 +59,6 @@ pub struct McmFlags {
     /// Accepted for MCM's command lines; no effect: log lines are written as they come.
     #[arg(long, value_name = "DURATION")]
     pub log_flush_frequency: Option<Duration>,
-    /// Accepted for MCM's command lines; no effect yet: MachineDeployments with the InPlaceUpdate strategy are
-    /// refused with a condition (docs/machine-lifecycle.md).
-    #[arg(long, value_name = "DURATION")]
-    pub machine_inplace_update_timeout: Option<Duration>,
 }
 
 /// An MCM flag value MCM itself refuses.
@@ -109,11 +105,6 @@ impl McmFlags {
             ),
             ("--vmodule", self.vmodule.is_some(), "use --log-level with per-module filters"),
             ("--log-flush-frequency", self.log_flush_frequency.is_some(), "log lines are written as they come"),
-            (
-                "--machine-inplace-update-timeout",
-                self.machine_inplace_update_timeout.is_some(),
-                "InPlaceUpdate MachineDeployments are not supported yet",
-            ),
         ];
         given.into_iter().filter(|(_, set, _)| *set).map(|(flag, _, why)| (flag, why)).collect()
     }

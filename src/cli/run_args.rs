@@ -394,10 +394,11 @@ mod tests {
         assert_eq!(o.metrics_addr, Some("0.0.0.0:10259".parse().unwrap()), "--address and --port");
         assert_eq!(o.health_addr, o.metrics_addr);
         assert_eq!(o.controllers.concurrent_syncs, 50);
+        assert_eq!(o.controllers.machine.in_place_update_timeout, std::time::Duration::from_secs(20 * 60));
         let cli = Cli::try_parse_from(std::iter::once("mcm").chain(MCM_FLAGS.iter().copied())).unwrap();
         assert_eq!(cli.run.log_level(), "info", "--v=3");
         let named: Vec<&str> = cli.run.without_effect().into_iter().map(|(f, _)| f).collect();
-        assert_eq!(named.len(), 9, "{named:?}");
+        assert_eq!(named.len(), 8, "{named:?}");
         // MCM's command lines set one flag in both binaries (`--namespace`, `--v`, the kubeconfigs): the last wins.
         let o = options(&["--v=2", "--namespace=a", "--v=5", "--namespace=b"]).unwrap();
         assert_eq!(o.controllers.namespace.as_deref(), Some("b"));

@@ -105,6 +105,10 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
         if let Some(node) = &node {
             let virtual_capacity = class.spec.node_template.as_ref().and_then(|t| t.virtual_capacity.as_ref());
             sync_node(machine, node, virtual_capacity, ctx).await?;
+            let sink = MachineStatus { ctx, api: &api, machine };
+            if let Some(next) = super::in_place::step(machine, node, ctx, &effective, now, &sink).await? {
+                return Ok(next);
+            }
         }
     }
 
@@ -120,6 +124,19 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
     match vm::create::run(&flavour, machine, machine, now, ctx.retries.waiting(gate)).await? {
         Created::Provisioned => Ok(Next::Wake(wake)),
         Created::Next(next) => Ok(next),
+    }
+}
+
+/// The machine's own status, for the in-place step.
+struct MachineStatus<'a> {
+    ctx: &'a Context,
+    api: &'a Api<Machine>,
+    machine: &'a Machine,
+}
+
+impl super::in_place::StatusSink for MachineStatus<'_> {
+    async fn write(&self, patch: StatusPatch) -> Result<(), Error> {
+        writes::machine_status(self.ctx, self.api, self.machine, patch).await
     }
 }
 
@@ -212,6 +229,8 @@ async fn mark_failed(
         .filter(|m| {
             m.namespace().as_deref() == Some(namespace.as_str())
                 && replacement::deployment(m) == Some(deployment.as_str())
+                // Not itself: an InPlaceUpdateFailed machine would count itself and never be replaced (MCM's bug).
+                && m.name_any() != machine.name_any()
         })
         .collect();
     let busy = replacement::in_progress(peers.iter().map(|m| &**m), now);
@@ -230,7 +249,7 @@ async fn mark_failed(
     // other machines for long), so the next machine of the deployment counts this one as being replaced.
     for _ in 0..250 {
         let seen = ctx.machines.get(&key);
-        if seen.is_none_or(|m| status::phase(&m) != Some(&crate::api::mcm::MachinePhase::Unknown)) {
+        if seen.is_none_or(|m| status::phase(&m) == Some(&crate::api::mcm::MachinePhase::Failed)) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

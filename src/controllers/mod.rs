@@ -23,6 +23,7 @@ mod driver_request;
 mod error;
 mod events;
 mod freeze;
+mod in_place;
 mod informer;
 mod infra;
 mod machine;

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::context;
 use super::informer::{Changed, Informer, Notice};
-use crate::api::mcm::names::{MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
+use crate::api::mcm::names::{IN_PLACE_CONDITION, MACHINE_CLASS_KIND, MACHINE_NAME_LABEL, NODE_LABEL};
 use crate::api::mcm::{Machine, MachineClass};
 use crate::lifecycle::claim::controller_of;
 use crate::lifecycle::class;
@@ -80,11 +80,19 @@ pub(super) fn node_key(node: &Node) -> u64 {
         .and_then(|s| s.taints.as_ref())
         .map(|t| t.iter().map(|t| (t.key.clone(), t.effect.clone(), t.value.clone())).collect())
         .unwrap_or_default();
-    let conditions: Vec<(String, String)> = node
+    // The in-place update's stages change only the reason of its condition.
+    let conditions: Vec<(String, String, Option<String>)> = node
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .map(|c| c.iter().map(|c| (c.type_.clone(), c.status.clone())).collect())
+        .map(|c| {
+            c.iter()
+                .map(|c| {
+                    let reason = (c.type_ == IN_PLACE_CONDITION).then(|| c.reason.clone()).flatten();
+                    (c.type_.clone(), c.status.clone(), reason)
+                })
+                .collect()
+        })
         .unwrap_or_default();
     hash_of((
         node.metadata.labels.as_ref(),

@@ -38,6 +38,8 @@ pub struct MachineConfig {
     pub evict_retry_interval: Duration,
     /// How long a node may be NotReady (or read-only) before its drain is forced (MCM: 5 m, not configurable).
     pub unhealthy_node_force_after: Duration,
+    /// `--machine-inplace-update-timeout` (20m): InPlaceUpdating this long -> InPlaceUpdateFailed.
+    pub in_place_update_timeout: Duration,
     /// The drain timeout of a forced drain (MCM: 1 m).
     pub forced_drain_timeout: Duration,
     /// `--machine-preserve-timeout` (96h): how long a machine stays preserved (`docs/machine-lifecycle.md`
@@ -65,6 +67,7 @@ impl Default for MachineConfig {
             evict_retry_interval: Duration::from_secs(20),
             unhealthy_node_force_after: Duration::from_secs(300),
             forced_drain_timeout: Duration::from_secs(60),
+            in_place_update_timeout: Duration::from_secs(20 * 60),
             preserve_timeout: Duration::from_secs(96 * 3600),
             retry: RetryPolicy::default(),
             resync: Duration::from_secs(600),
@@ -109,6 +112,8 @@ pub struct Effective {
     pub disable_health_timeout: bool,
     /// Preserve timeout: `spec.machinePreserveTimeout`, then the flag.
     pub preserve_timeout: Duration,
+    /// In-place update timeout: `spec.inPlaceUpdateTimeout`, then the flag.
+    pub in_place_update_timeout: Duration,
 }
 
 impl Effective {
@@ -138,6 +143,7 @@ impl Effective {
                 .unwrap_or_else(|| config.node_conditions.clone()),
             disable_health_timeout: c.disable_health_timeout.unwrap_or(false),
             preserve_timeout: c.machine_preserve_timeout.map(|d| d.0).unwrap_or(config.preserve_timeout),
+            in_place_update_timeout: c.in_place_update_timeout.map(|d| d.0).unwrap_or(config.in_place_update_timeout),
         }
     }
 }

@@ -7,6 +7,7 @@
 //! - [`validation`]: what MCM silently skipped, with a reason a user can act on;
 //! - [`template`]: new-MachineSet identity (`equal_ignore_hash`), the template hash and name, in-place sync;
 //! - [`rollout`]: fenceposts and the rolling-update and recreate steps;
+//! - [`in_place`]: the InPlaceUpdate strategy's steps (moves, selection);
 //! - [`scaling`]: scaling events and `scale()` (scale-out to the new set only, proportional scale-in);
 //! - [`revision`]: revision numbers, annotation copying, rollback, history cleanup;
 //! - [`status`]: status, conditions and progress;
@@ -14,6 +15,7 @@
 //! - [`autoscaler`]: `trigger-deletion-by-mcm`, machine marks, `rollout_finished`.
 
 pub mod autoscaler;
+pub mod in_place;
 pub mod nodes;
 pub mod plan;
 pub mod revision;

@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: MCM's flags and per-machine overrides; [`retry`]: back-off per driver error code.
 //! - [`create`]: the create flow, a state machine ([`create::next`]); [`health`]: join, health and the timeouts;
-//!   [`replacement`]: meltdown protection; [`requeue`]: when a machine flow looks again.
+//!   [`replacement`]: meltdown protection; [`requeue`]: when a machine flow looks again; [`in_place`]: a
+//!   machine's in-place update (Node condition, drain, hand-over to the node agent).
 //! - [`delete`]: the deletion flow keyed on MCM's `lastOperation.description` steps.
 //! - [`node_sync`]: the node template's three-way merge onto the Node.
 //! - [`class`]: MachineClass and Secret finalizers, node template validation; [`admission`]: what the admission
@@ -38,6 +39,7 @@ pub mod delete;
 pub mod deletion_order;
 pub mod freeze;
 pub mod health;
+pub mod in_place;
 pub mod infra;
 pub mod machine_deployment;
 pub mod machine_set;

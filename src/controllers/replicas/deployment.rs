@@ -18,6 +18,10 @@ use super::Flavour;
 use super::settle::Written;
 use crate::api::mcm;
 use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::{
+    CANDIDATE_FOR_UPDATE, CRITICAL_COMPONENTS_NOT_READY_TAINT, SELECTED_FOR_UPDATE, UPDATE_FAILED_REASON,
+    UPDATE_RESULT, UPDATE_SUCCESSFUL,
+};
 use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRIORITY_ANNOTATION};
 use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::controllers::context::{key_of, publish_to};
@@ -259,6 +263,28 @@ async fn execute<F: Flavour>(
         }
     }
 
+    if !plan.transfers.is_empty() {
+        let machines: Api<F::Machine> = Api::namespaced(f.control().clone(), &namespace);
+        for t in &plan.transfers {
+            let set = |name: &str| sets.iter().find(|s| s.meta().name.as_deref() == Some(name));
+            let (Some(from), Some(to)) = (set(&t.from), set(&t.to)) else { continue };
+            let Some(machine) = owned.iter().find(|m| m.meta().name.as_deref() == Some(t.machine.as_str())) else {
+                continue;
+            };
+            tracing::info!(machine_deployment = %key_of(d), machine = %t.machine, from = %t.from, to = %t.to, "moving a machine updated in place");
+            match writes::merge(&machines, machine, &transfer_patch::<F>(machine, from, to), "move").await {
+                Ok(updated) => written.machine_changed(machine, &updated),
+                // Changed or gone meanwhile: the next pass decides again, and no set size moves without it.
+                Err(Error::Kube { source, .. }) if is_conflict(&source) || is_not_found(&source) => {
+                    return Ok(Some(Duration::from_millis(200)));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // The sets' new sizes below must be seen together with their new members.
+        written.settle_machines(f.machines(), &key_of(d)).await;
+    }
+
     for update in &plan.update_sets {
         let Some(i) = sets.iter().position(|s| s.meta().name.as_deref() == Some(update.name.as_str())) else {
             continue;
@@ -280,6 +306,21 @@ async fn execute<F: Flavour>(
         }
     }
 
+    if !plan.clear_moved.is_empty() {
+        let machines: Api<F::Machine> = Api::namespaced(f.control().clone(), &namespace);
+        let patch = json!({"metadata": {"labels": {UPDATE_RESULT: null}}});
+        for name in &plan.clear_moved {
+            let Some(machine) = owned.iter().find(|m| m.meta().name.as_deref() == Some(name.as_str())) else {
+                continue;
+            };
+            match writes::merge(&machines, machine, &patch, "count the moved").await {
+                Ok(updated) => written.machine_changed(machine, &updated),
+                Err(Error::Kube { source, .. }) if is_not_found(&source) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     if let Some(workload) = workload {
         apply_node_effects(workload, &plan.nodes).await;
     }
@@ -297,8 +338,8 @@ async fn execute<F: Flavour>(
     Ok(Some(plan.requeue_after.map_or(resync, |after| after.min(resync))))
 }
 
-/// The rollout's taints and annotations on Nodes: one merge patch per Node. A Node that changed meanwhile (or
-/// went) is skipped; its change brings the deployment back.
+/// The rollout's taints, labels and annotations on Nodes: one merge patch per Node. A Node that changed meanwhile
+/// (or went) is skipped; its change brings the deployment back.
 pub(crate) async fn apply_node_effects(workload: &Connection, effects: &NodeEffects) {
     if effects.is_empty() {
         return;
@@ -310,38 +351,99 @@ pub(crate) async fn apply_node_effects(workload: &Connection, effects: &NodeEffe
         .chain(&effects.remove_prefer_no_schedule)
         .chain(&effects.disable_scale_down)
         .chain(&effects.enable_scale_down)
+        .chain(&effects.label_candidate)
+        .chain(&effects.label_selected)
+        .chain(&effects.in_place_done)
+        .chain(&effects.unlabel_candidate)
         .collect();
     for name in names {
         let Some(node) = workload.node(name) else { continue };
-        let mut patch = json!({});
-        let add = effects.add_prefer_no_schedule.contains(name);
-        if add || effects.remove_prefer_no_schedule.contains(name) {
-            let mut taints: Vec<Taint> = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|t| t.key != PREFER_NO_SCHEDULE)
-                .collect();
-            if add {
-                taints.push(Taint {
-                    key: PREFER_NO_SCHEDULE.into(),
-                    value: Some("True".into()),
-                    effect: "PreferNoSchedule".into(),
-                    time_added: None,
-                });
-            }
-            // The taint list is written whole: guard it with the Node's version.
-            patch = guarded(json!({"spec": {"taints": taints}}), node.resource_version());
-        }
-        if effects.disable_scale_down.contains(name) {
-            patch["metadata"]["annotations"] = json!({SCALE_DOWN_DISABLED: "true", SCALE_DOWN_DISABLED_BY_MCM: "true"});
-        } else if effects.enable_scale_down.contains(name) {
-            patch["metadata"]["annotations"] = json!({SCALE_DOWN_DISABLED: null, SCALE_DOWN_DISABLED_BY_MCM: null});
-        }
+        let patch = node_patch(&node, name, effects);
         if let Err(e) = writes::merge(&api, &*node, &patch, "update the rollout marks of").await {
             tracing::info!(node = %name, error = %e, "node not updated; next pass");
         }
     }
+}
+
+/// The merge patch of one Node for `effects`.
+fn node_patch(node: &Node, name: &String, effects: &NodeEffects) -> serde_json::Value {
+    let mut patch = json!({});
+    let add = effects.add_prefer_no_schedule.contains(name);
+    let done = effects.in_place_done.contains(name);
+    if add || done || effects.remove_prefer_no_schedule.contains(name) {
+        let mut taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|t| t.key != PREFER_NO_SCHEDULE)
+            .collect();
+        if add && !done {
+            taints.push(Taint {
+                key: PREFER_NO_SCHEDULE.into(),
+                value: Some("True".into()),
+                effect: "PreferNoSchedule".into(),
+                time_added: None,
+            });
+        }
+        if done && !taints.iter().any(|t| t.key == CRITICAL_COMPONENTS_NOT_READY_TAINT) {
+            // Gardener's resource manager removes it once the node's critical components run again.
+            taints.push(Taint {
+                key: CRITICAL_COMPONENTS_NOT_READY_TAINT.into(),
+                value: None,
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
+        }
+        // The taint list is written whole: guard it with the Node's version.
+        patch = guarded(json!({"spec": {"taints": taints}}), node.resource_version());
+    }
+    if effects.disable_scale_down.contains(name) {
+        patch["metadata"]["annotations"] = json!({SCALE_DOWN_DISABLED: "true", SCALE_DOWN_DISABLED_BY_MCM: "true"});
+    } else if effects.enable_scale_down.contains(name) {
+        patch["metadata"]["annotations"] = json!({SCALE_DOWN_DISABLED: null, SCALE_DOWN_DISABLED_BY_MCM: null});
+    }
+    let mut labels = serde_json::Map::new();
+    if done {
+        for key in [CANDIDATE_FOR_UPDATE, SELECTED_FOR_UPDATE, UPDATE_RESULT] {
+            labels.insert(key.into(), serde_json::Value::Null);
+        }
+        patch["metadata"]["annotations"][UPDATE_FAILED_REASON] = serde_json::Value::Null;
+        patch["spec"]["unschedulable"] = json!(false);
+    } else {
+        if effects.label_candidate.contains(name) {
+            labels.insert(CANDIDATE_FOR_UPDATE.into(), json!("true"));
+        } else if effects.unlabel_candidate.contains(name) {
+            labels.insert(CANDIDATE_FOR_UPDATE.into(), serde_json::Value::Null);
+        }
+        if effects.label_selected.contains(name) {
+            labels.insert(SELECTED_FOR_UPDATE.into(), json!("true"));
+        }
+    }
+    if !labels.is_empty() {
+        patch["metadata"]["labels"] = serde_json::Value::Object(labels);
+    }
+    patch
+}
+
+/// Moves a machine updated in place to another set of its deployment: the old set's selector labels give way to
+/// the new set's, `update-result=successful` keeps the new set from taking it for surplus until it counts it, and
+/// the new set becomes its controller. Guarded: the owner list is written whole.
+fn transfer_patch<F: Flavour>(machine: &F::Machine, from: &F::Set, to: &F::Set) -> serde_json::Value {
+    let to_labels = F::set_selector(to).match_labels.clone().unwrap_or_default();
+    let mut labels = serde_json::Map::new();
+    for key in F::set_selector(from).match_labels.iter().flatten().map(|(k, _)| k) {
+        if !to_labels.contains_key(key) {
+            labels.insert(key.clone(), serde_json::Value::Null);
+        }
+    }
+    for (k, v) in to_labels {
+        labels.insert(k, json!(v));
+    }
+    labels.insert(UPDATE_RESULT.into(), json!(UPDATE_SUCCESSFUL));
+    let mut owners: Vec<_> =
+        machine.meta().owner_references.iter().flatten().filter(|r| r.controller != Some(true)).cloned().collect();
+    owners.push(F::controller_ref("MachineSet", to.meta()));
+    guarded(json!({"metadata": {"labels": labels, "ownerReferences": owners}}), machine.resource_version())
 }

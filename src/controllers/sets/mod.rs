@@ -39,7 +39,9 @@ use super::informer::{Changed, Informer, Notice, wait_all};
 use super::replicas::settle::Unsettled;
 use super::tasks::{controller, on_stop};
 use super::triggers::{applied, controller_named, hash_of, owners_of, refs, scoped};
-use crate::api::mcm::names::NODE_LABEL;
+use crate::api::mcm::names::{
+    CANDIDATE_FOR_UPDATE, IN_PLACE_CONDITION, NODE_LABEL, SELECTED_FOR_UPDATE, UPDATE_RESULT,
+};
 use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRESERVE, PRIORITY_ANNOTATION};
 use crate::api::mcm::names::{PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::api::mcm::{Machine, MachineDeployment, MachineSet};
@@ -227,10 +229,18 @@ fn machine_key_for_deployment(m: &Machine) -> u64 {
         m.metadata.deletion_timestamp.is_some(),
         annotations.get(PRIORITY_ANNOTATION).cloned(),
         annotations.get(MARKED_FOR_DELETION_TIME).cloned(),
+        m.labels().get(UPDATE_RESULT).cloned(),
+        in_place_reason(m.status.as_ref().and_then(|s| s.conditions.as_deref())),
     ))
 }
 
-/// What of a Node the MachineDeployment controller reacts to: the rollout taint and the autoscaler annotations.
+/// The reason of an `InPlaceUpdate` condition among `conditions`.
+fn in_place_reason(conditions: Option<&[k8s_openapi::api::core::v1::NodeCondition]>) -> Option<String> {
+    conditions?.iter().find(|c| c.type_ == IN_PLACE_CONDITION)?.reason.clone()
+}
+
+/// What of a Node the MachineDeployment controller reacts to: the rollout taint, the autoscaler annotations and
+/// the in-place update's labels and stage.
 fn node_key_for_deployment(node: &Node) -> u64 {
     let tainted = node
         .spec
@@ -238,10 +248,14 @@ fn node_key_for_deployment(node: &Node) -> u64 {
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == PREFER_NO_SCHEDULE));
     let annotations = node.annotations();
+    let labels = node.labels();
     hash_of((
         tainted,
         annotations.get(SCALE_DOWN_DISABLED).cloned(),
         annotations.get(SCALE_DOWN_DISABLED_BY_MCM).cloned(),
+        [CANDIDATE_FOR_UPDATE, SELECTED_FOR_UPDATE, UPDATE_RESULT].map(|k| labels.get(k).cloned()),
+        in_place_reason(node.status.as_ref().and_then(|s| s.conditions.as_deref())),
+        node.spec.as_ref().and_then(|s| s.unschedulable),
     ))
 }
 

@@ -13,7 +13,10 @@
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::api::mcm::names::{MARKED_FOR_DELETION_TIME, PRIORITY_ANNOTATION};
+use crate::api::mcm::names::{
+    CANDIDATE_FOR_UPDATE, CRITICAL_COMPONENTS_NOT_READY_TAINT, IN_PLACE_CONDITION, MARKED_FOR_DELETION_TIME,
+    PRIORITY_ANNOTATION, SELECTED_FOR_UPDATE, UPDATE_RESULT, UPDATE_SUCCESSFUL, in_place_reason,
+};
 use crate::api::mcm::names::{NODE_LABEL, PREFER_NO_SCHEDULE, SCALE_DOWN_DISABLED, SCALE_DOWN_DISABLED_BY_MCM};
 use crate::api::mcm::{Machine, MachinePhase};
 use crate::lifecycle::object_meta::{annotation, label};
@@ -29,6 +32,37 @@ pub struct NodeFacts {
     pub scale_down_disabled: bool,
     /// It has the `scale-down-disabled-by-mcm` marker.
     pub scale_down_disabled_by_mcm: bool,
+    /// The in-place update's labels and condition on it.
+    pub in_place: InPlaceNode,
+}
+
+/// What an in-place update has put on a Node.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InPlaceNode {
+    /// Labelled `candidate-for-update`.
+    pub candidate: bool,
+    /// Labelled `selected-for-update`.
+    pub selected: bool,
+    /// The `update-result` label's value.
+    pub result: Option<String>,
+    /// The reason of its `InPlaceUpdate` condition.
+    pub reason: Option<String>,
+    /// `spec.unschedulable` (cordoned).
+    pub cordoned: bool,
+    /// It has the `critical-components-not-ready` taint.
+    pub critical_taint: bool,
+}
+
+impl InPlaceNode {
+    /// Whether the node agent reported success and the machine controller recorded it.
+    pub fn updated(&self) -> bool {
+        self.reason.as_deref() == Some(in_place_reason::SUCCESSFUL) && self.result.as_deref() == Some(UPDATE_SUCCESSFUL)
+    }
+
+    /// Whether any in-place label is on the Node.
+    pub fn labelled(&self) -> bool {
+        self.candidate || self.selected || self.result.is_some()
+    }
 }
 
 impl NodeFacts {
@@ -43,6 +77,19 @@ impl NodeFacts {
                 .any(|t| t.key == PREFER_NO_SCHEDULE && t.effect == "PreferNoSchedule"),
             scale_down_disabled: annotation(&node.metadata, SCALE_DOWN_DISABLED) == Some("true"),
             scale_down_disabled_by_mcm: annotation(&node.metadata, SCALE_DOWN_DISABLED_BY_MCM).is_some(),
+            in_place: InPlaceNode {
+                candidate: label(&node.metadata, CANDIDATE_FOR_UPDATE).is_some(),
+                selected: label(&node.metadata, SELECTED_FOR_UPDATE).is_some(),
+                result: label(&node.metadata, UPDATE_RESULT).map(str::to_string),
+                reason: node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == IN_PLACE_CONDITION))
+                    .and_then(|c| c.reason.clone()),
+                cordoned: node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true),
+                critical_taint: taints.into_iter().flatten().any(|t| t.key == CRITICAL_COMPONENTS_NOT_READY_TAINT),
+            },
         }
     }
 }
@@ -66,6 +113,10 @@ pub struct DeploymentMachine {
     pub priority: Option<String>,
     /// The `machine.sapcloud.io/marked-for-deletion-time` annotation.
     pub marked_for_deletion_time: Option<String>,
+    /// Labelled `update-result=successful` (moved to the new set by an in-place update, not yet counted there).
+    pub moved_in_place: bool,
+    /// The reason of the `InPlaceUpdate` condition copied from its Node.
+    pub in_place_reason: Option<String>,
 }
 
 impl DeploymentMachine {
@@ -88,6 +139,13 @@ impl DeploymentMachine {
             preserve_expiry_set: current.is_some_and(|c| c.preserve_expiry_time.is_some()),
             priority: annotation(meta, PRIORITY_ANNOTATION).map(str::to_string),
             marked_for_deletion_time: annotation(meta, MARKED_FOR_DELETION_TIME).map(str::to_string),
+            moved_in_place: label(meta, UPDATE_RESULT) == Some(UPDATE_SUCCESSFUL),
+            in_place_reason: machine
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == IN_PLACE_CONDITION))
+                .and_then(|c| c.reason.clone()),
         }
     }
 }
@@ -103,6 +161,16 @@ pub struct NodeEffects {
     pub disable_scale_down: Vec<String>,
     /// Remove both annotations.
     pub enable_scale_down: Vec<String>,
+    /// Label `candidate-for-update=true` (the machine is in an old set of an in-place rollout).
+    pub label_candidate: Vec<String>,
+    /// Label `selected-for-update=true` (Auto orchestration picked it).
+    pub label_selected: Vec<String>,
+    /// Done with its in-place update: remove the three labels and the failure reason, uncordon, remove the
+    /// PreferNoSchedule taint and add `critical-components-not-ready:NoSchedule` (Gardener removes it once its
+    /// components run again).
+    pub in_place_done: Vec<String>,
+    /// Remove `candidate-for-update` (the deployment no longer updates in place).
+    pub unlabel_candidate: Vec<String>,
 }
 
 impl NodeEffects {
@@ -112,10 +180,14 @@ impl NodeEffects {
             && self.remove_prefer_no_schedule.is_empty()
             && self.disable_scale_down.is_empty()
             && self.enable_scale_down.is_empty()
+            && self.label_candidate.is_empty()
+            && self.label_selected.is_empty()
+            && self.in_place_done.is_empty()
+            && self.unlabel_candidate.is_empty()
     }
 }
 
-fn push_unique(list: &mut Vec<String>, name: &str) {
+pub(crate) fn push_unique(list: &mut Vec<String>, name: &str) {
     if !list.iter().any(|n| n == name) {
         list.push(name.to_string());
     }
@@ -175,6 +247,7 @@ mod tests {
             prefer_no_schedule: tainted,
             scale_down_disabled: disabled,
             scale_down_disabled_by_mcm: by_mcm,
+            in_place: InPlaceNode::default(),
         }
     }
 
@@ -268,6 +341,8 @@ mod tests {
                 preserve_expiry_set: true,
                 priority: Some("1".into()),
                 marked_for_deletion_time: Some("t".into()),
+                moved_in_place: false,
+                in_place_reason: None,
             }
         );
         m.metadata.labels = None;

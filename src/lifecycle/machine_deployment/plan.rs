@@ -5,12 +5,13 @@
 //! 3. Add the finalizer; pause bookkeeping on `Progressing`; the autoscaler's annotation and machine marks.
 //! 4. Bring the new set (if one exists) up to date: revision, copied annotations, in-place fields.
 //! 5. Then one of: paused → scale and clean up history; `rollbackTo` → roll back; a scaling event → scale;
-//!    otherwise the strategy's rollout step (Recreate or RollingUpdate).
+//!    otherwise the strategy's rollout step (Recreate, RollingUpdate, OnDelete or InPlaceUpdate).
 //! 6. Status, written only when something in it changed.
 //!
 //! Everything is computed on working copies of the observed objects; the plan carries merge patches of what
 //! differs, so an unchanged object is never written. The executor applies, in this order: the finalizer, the
-//! deployment patch, machine marks, the new set, set patches, set deletions, node changes, the status, events.
+//! deployment patch, machine marks, the new set, machine transfers, set patches, set deletions, the moved machines
+//! labels, node changes, the status, events.
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use jiff::Timestamp;
 use serde_json::Value;
 
 use super::autoscaler::{MachineMark, plan_autoscaler_marks};
+use super::in_place::{NewSetStep, OldSetStep, candidates_to_label, reconcile_new, reconcile_old, sync_sets};
 use super::nodes::{
     DeploymentMachine, NodeEffects, disable_scale_down, enable_scale_down, taint_old_nodes, untaint_nodes,
 };
@@ -25,8 +27,8 @@ use super::revision::{
     Rollback, history_cleanup, max_revision, new_set_annotations, plan_rollback, sync_new_set_annotations,
 };
 use super::rollout::{
-    ScaleTarget, is_on_delete, is_recreate, is_rolling_update, max_surge, new_set_replicas, old_sets_at_zero,
-    on_delete_old_sets, reconcile_new_set, reconcile_old_sets, recreate_scale_down,
+    ScaleTarget, is_in_place, is_on_delete, is_recreate, is_rolling_update, max_surge, new_set_replicas,
+    old_sets_at_zero, on_delete_old_sets, reconcile_new_set, reconcile_old_sets, recreate_scale_down,
 };
 use super::scaling::{is_scaling_event, scale};
 use super::status::{
@@ -37,7 +39,7 @@ use super::status::{
 use super::template::{deployment_hash, find_new_machine_set, machine_set_name, new_machine_set, sync_in_place};
 use super::validation::{ValidationError, validate};
 use super::{actual, set_name, spec_replicas};
-use crate::api::mcm::names::{MACHINE_FINALIZER, PREFER_NO_SCHEDULE, REVISION};
+use crate::api::mcm::names::{MACHINE_FINALIZER, PREFER_NO_SCHEDULE, REVISION, SCALE_UP_DISABLED};
 use crate::api::mcm::{
     ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachineDeploymentStatus, MachineSet,
 };
@@ -48,6 +50,10 @@ pub const DISABLE_MACHINE_CREATE: &str = "cluster.x-k8s.io/disable-machine-creat
 
 /// Event: a set was scaled.
 pub const SCALING_MACHINE_SET: &str = "ScalingMachineSet";
+/// Event: machines updated in place moved to the new set.
+pub const MACHINES_UPDATED_IN_PLACE: &str = "MachinesUpdatedInPlace";
+/// Event: Nodes selected for their in-place update.
+pub const SELECTED_FOR_UPDATE_EVENT: &str = "SelectedForInPlaceUpdate";
 /// Event: rolled back.
 pub const DEPLOYMENT_ROLLBACK: &str = "DeploymentRollback";
 /// Warning: the rollback revision does not exist.
@@ -113,6 +119,17 @@ pub struct SetUpdate {
     pub patch: Value,
 }
 
+/// A machine moving to another set of the deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MachineTransfer {
+    /// The machine.
+    pub machine: String,
+    /// The set it leaves.
+    pub from: String,
+    /// The set it joins.
+    pub to: String,
+}
+
 /// Adding or removing the deployment's finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FinalizerChange {
@@ -131,6 +148,11 @@ pub struct DeploymentPlan {
     pub deployment_patch: Option<Value>,
     /// Machines to annotate for the autoscaler path.
     pub machine_marks: Vec<MachineMark>,
+    /// Machines updated in place that move to the new set (labels and owner; applied before the set patches,
+    /// so neither set deletes nor creates a machine for them).
+    pub transfers: Vec<MachineTransfer>,
+    /// Machines whose `update-result` label goes (their new set counts them now); applied after the set patches.
+    pub clear_moved: Vec<String>,
     /// The MachineSet to create.
     pub create_set: Option<MachineSet>,
     /// Patches of existing MachineSets (scale, annotations, in-place fields).
@@ -196,6 +218,8 @@ pub fn plan_deployment(obs: &DeploymentObservation<'_>) -> DeploymentDecision {
         w.rolling(new);
     } else if is_on_delete(obs.deployment) {
         w.on_delete(new);
+    } else if is_in_place(obs.deployment) {
+        w.in_place(new);
     }
     // CAPI's `rollout.after` still ahead: look again when it comes.
     if let Some(after) = crate::convert::capi_rollout_after(obs.deployment).filter(|a| *a > obs.now) {
@@ -458,6 +482,7 @@ impl<'a> Work<'a> {
         let Some(new) = self.ensure_new_set(new) else {
             return self.rollout_status(None);
         };
+        self.leave_in_place(Some(new));
         let old = self.old_indices(Some(new));
         let old_names = self.names(&old);
         let old_name_refs: Vec<&str> = old_names.iter().map(String::as_str).collect();
@@ -500,6 +525,7 @@ impl<'a> Work<'a> {
 
     fn recreate(&mut self, new: Option<usize>) {
         self.allow_machine_creation();
+        self.leave_in_place(new);
         let old = self.old_indices(new);
         self.protect_during_rollout(&old);
         let targets = recreate_scale_down(&self.old_refs(new));
@@ -535,6 +561,7 @@ impl<'a> Work<'a> {
         let Some(new) = self.ensure_new_set(new) else {
             return self.rollout_status(None);
         };
+        self.leave_in_place(Some(new));
         let old = self.old_indices(Some(new));
         for &i in &old {
             set_annotation(&mut self.sets[i].metadata, DISABLE_MACHINE_CREATE, Some("true"));
@@ -554,6 +581,141 @@ impl<'a> Work<'a> {
             self.scale_set(&ScaleTarget { name, replicas }, false);
         }
         if self.observed_complete() {
+            self.plan.delete_sets = history_cleanup(&self.d, &self.old_refs(Some(new)));
+        }
+        self.rollout_status(Some(new))
+    }
+
+    /// The new set may create machines again: an in-place rollout marks old sets `scale-up-disabled`, and a
+    /// revert makes such a set new (MCM never removes the label, and the set could never replace a machine).
+    fn enable_scale_up(&mut self, new: usize) {
+        if let Some(labels) = self.sets[new].metadata.labels.as_mut() {
+            labels.remove(SCALE_UP_DISABLED);
+        }
+    }
+
+    /// Left over from an in-place rollout when the strategy changed: the new set's scale-up block and its machines'
+    /// `update-result` labels (which shield them from scale-down), and `candidate-for-update` on Nodes not being
+    /// updated. Nodes mid-update finish it (the machine controller follows their labels) or are replaced.
+    fn leave_in_place(&mut self, new: Option<usize>) {
+        if let Some(new) = new {
+            self.enable_scale_up(new);
+        }
+        let new_name = new.map(|i| set_name(&self.sets[i]).to_string());
+        for m in self.obs.machines {
+            if m.moved_in_place && m.set.is_some() && m.set == new_name {
+                super::nodes::push_unique(&mut self.plan.clear_moved, &m.name);
+            }
+            if let Some(node) = m.node.as_ref().filter(|n| n.in_place.candidate && !n.in_place.selected) {
+                super::nodes::push_unique(&mut self.plan.nodes.unlabel_candidate, &node.name);
+            }
+        }
+    }
+
+    /// MCM's InPlaceUpdate strategy (`in_place`): mark the old sets and their Nodes, count moved machines, then
+    /// grow or move into the new set, then scale old sets to 0 or select the next Nodes.
+    fn in_place(&mut self, new: Option<usize>) {
+        self.allow_machine_creation();
+        let Some(new) = self.ensure_new_set(new) else {
+            return self.rollout_status(None);
+        };
+        self.enable_scale_up(new);
+        let old = self.old_indices(Some(new));
+        let old_names = self.names(&old);
+        let old_name_refs: Vec<&str> = old_names.iter().map(String::as_str).collect();
+        if !old_sets_at_zero(&self.old_refs(Some(new))) {
+            for &i in &old {
+                self.sets[i]
+                    .metadata
+                    .labels
+                    .get_or_insert_with(Default::default)
+                    .insert(SCALE_UP_DISABLED.into(), "true".into());
+                set_annotation(&mut self.sets[i].metadata, PREFER_NO_SCHEDULE, Some("True"));
+            }
+            self.protect_during_rollout(&old);
+            taint_old_nodes(&mut self.plan.nodes, &old_name_refs, self.obs.machines);
+            self.plan.nodes.label_candidate = candidates_to_label(&old_name_refs, self.obs.machines);
+        }
+
+        let sync = {
+            // As observed: an old set shrinks only once it was seen marked `scale-up-disabled`.
+            let observed: Vec<&MachineSet> =
+                self.obs.sets.iter().filter(|s| old_names.iter().any(|n| n == set_name(s))).collect();
+            sync_sets(&self.sets[new], &observed, self.obs.machines)
+        };
+        let new_name = set_name(&self.sets[new]).to_string();
+        if let Some(replicas) = sync.scale_new {
+            self.scale_set(&ScaleTarget { name: new_name.clone(), replicas }, false);
+        }
+        self.plan.clear_moved = sync.clear_moved;
+        self.plan.nodes.in_place_done = sync.done_nodes;
+        self.plan.nodes.unlabel_candidate = sync.unlabel;
+        for t in &sync.shrink_old {
+            self.scale_set(t, false);
+        }
+
+        let step = {
+            let old_refs = self.old_refs(Some(new));
+            reconcile_new(&self.d, &self.sets[new], &old_refs, self.obs.machines)
+        };
+        match step {
+            NewSetStep::Stay => {}
+            NewSetStep::Scale(replicas) => {
+                if self.scale_set(&ScaleTarget { name: new_name.clone(), replicas }, false) {
+                    return self.rollout_status(Some(new));
+                }
+            }
+            NewSetStep::Transfer(moves) => {
+                for t in moves {
+                    if let Some(i) = self.index_of(&t.from) {
+                        self.sets[i].spec.replicas -= 1;
+                    }
+                    self.sets[new].spec.replicas += 1;
+                    self.plan.transfers.push(MachineTransfer {
+                        machine: t.machine,
+                        from: t.from,
+                        to: new_name.clone(),
+                    });
+                }
+                let moved = self.plan.transfers.len();
+                self.event(
+                    EventType::Normal,
+                    MACHINES_UPDATED_IN_PLACE,
+                    format!("Moved {moved} machine(s) updated in place to machine set {new_name}"),
+                );
+                return self.rollout_status(Some(new));
+            }
+        }
+
+        let step = {
+            let old_refs = self.old_refs(Some(new));
+            reconcile_old(&self.d, &self.sets[new], &old_refs, self.obs.machines)
+        };
+        match step {
+            OldSetStep::Wait => {}
+            OldSetStep::ScaleToZero => {
+                let mut scaled = false;
+                for name in &old_names {
+                    scaled |= self.scale_set(&ScaleTarget { name: name.clone(), replicas: 0 }, false);
+                }
+                if scaled {
+                    return self.rollout_status(Some(new));
+                }
+            }
+            OldSetStep::Select(nodes) => {
+                self.event(
+                    EventType::Normal,
+                    SELECTED_FOR_UPDATE_EVENT,
+                    format!("Selected node(s) {} for in-place update", nodes.join(", ")),
+                );
+                self.plan.nodes.label_selected = nodes;
+                return self.rollout_status(Some(new));
+            }
+        }
+        if self.observed_complete() {
+            self.release_after_rollout();
+            untaint_nodes(&mut self.plan.nodes, &[new_name.as_str()], self.obs.machines);
+            set_annotation(&mut self.sets[new].metadata, PREFER_NO_SCHEDULE, None);
             self.plan.delete_sets = history_cleanup(&self.d, &self.old_refs(Some(new)));
         }
         self.rollout_status(Some(new))

@@ -83,6 +83,33 @@ pub fn is_recreate(d: &MachineDeployment) -> bool {
     strategy_type(d) == Some(&MachineDeploymentStrategyType::Recreate)
 }
 
+/// Whether the deployment updates machines in place (strategy `InPlaceUpdate`).
+pub fn is_in_place(d: &MachineDeployment) -> bool {
+    strategy_type(d) == Some(&MachineDeploymentStrategyType::InPlaceUpdate)
+}
+
+/// Whether an in-place update waits for the user to select Nodes (`orchestrationType: Manual`).
+pub fn is_manual(d: &MachineDeployment) -> bool {
+    d.spec.strategy.as_ref().and_then(|s| s.in_place_update.as_ref()).and_then(|i| i.orchestration_type.as_ref())
+        == Some(&crate::api::mcm::OrchestrationType::Manual)
+}
+
+/// An in-place update's fenceposts (MCM's `MaxUnavailable`/`NewISNewReplicas` for that strategy): Manual counts
+/// no surge when resolving `maxUnavailable`, and `maxUnavailable` is capped at `replicas` (0 when `replicas` is 0).
+pub fn in_place_bounds(d: &MachineDeployment) -> Fenceposts {
+    let config = d.spec.strategy.as_ref().and_then(|s| s.in_place_update.as_ref()).map(|i| &i.update);
+    let surge = config.and_then(|c| c.max_surge.as_ref());
+    let unavailable = config.and_then(|c| c.max_unavailable.as_ref());
+    let zero = IntOrString::Int(0);
+    let resolved = resolve_fenceposts(surge, unavailable, d.spec.replicas);
+    let for_unavailable =
+        if is_manual(d) { resolve_fenceposts(Some(&zero), unavailable, d.spec.replicas) } else { resolved };
+    Fenceposts {
+        max_surge: resolved.max_surge,
+        max_unavailable: if d.spec.replicas == 0 { 0 } else { for_unavailable.max_unavailable.min(d.spec.replicas) },
+    }
+}
+
 /// CAPI's `OnDelete` strategy, carried through the hub as a strategy type MCM does not know.
 pub const ON_DELETE: &str = "OnDelete";
 
@@ -132,11 +159,19 @@ pub fn new_set_replicas(d: &MachineDeployment, all: &[&MachineSet], new: &Machin
         let current = sum(all, |s| spec_replicas(s).max(actual(s)));
         return spec_replicas(new) + (replicas - current).max(0);
     }
-    if !is_rolling_update(d) {
+    let surge = if is_in_place(d) {
+        if is_manual(d) {
+            // Manual: the user decides which machine moves when; the new set grows only by moves.
+            return spec_replicas(new);
+        }
+        in_place_bounds(d).max_surge
+    } else if is_rolling_update(d) {
+        max_surge(d)
+    } else {
         return replicas;
-    }
+    };
     let current = sum(all, |s| spec_replicas(s).max(actual(s)));
-    let max_total = replicas.saturating_add(max_surge(d));
+    let max_total = replicas.saturating_add(surge);
     if current >= max_total {
         return spec_replicas(new);
     }

@@ -44,6 +44,18 @@ pub(crate) fn rolling(surge: &str, unavailable: &str) -> MachineDeploymentStrate
     }
 }
 
+/// An InPlaceUpdate strategy with `orchestration` `Auto` or `Manual` (anything else is carried as written).
+pub(crate) fn in_place(surge: &str, unavailable: &str, orchestration: &str) -> MachineDeploymentStrategy {
+    MachineDeploymentStrategy {
+        type_: Some(MachineDeploymentStrategyType::InPlaceUpdate),
+        rolling_update: None,
+        in_place_update: Some(crate::api::mcm::InPlaceUpdate {
+            update: UpdateConfiguration { max_surge: Some(ios(surge)), max_unavailable: Some(ios(unavailable)) },
+            orchestration_type: Some(orchestration.into()),
+        }),
+    }
+}
+
 /// A Recreate strategy.
 pub(crate) fn recreate() -> MachineDeploymentStrategy {
     MachineDeploymentStrategy { type_: Some(MachineDeploymentStrategyType::Recreate), ..Default::default() }

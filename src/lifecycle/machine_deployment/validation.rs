@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::rollout::parse_int_or_percent;
-use crate::api::mcm::{MachineDeployment, MachineDeploymentStrategyType, UpdateConfiguration};
+use crate::api::mcm::{MachineDeployment, MachineDeploymentStrategyType, OrchestrationType, UpdateConfiguration};
 
 /// Why a MachineDeployment is not reconciled. Each message says what to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -14,24 +14,34 @@ pub enum ValidationError {
     #[error("spec.replicas is {0}; it must be 0 or more")]
     NegativeReplicas(i32),
     /// `spec.strategy.type` is missing: MCM has no default.
-    #[error("spec.strategy.type is missing; set it to RollingUpdate or Recreate")]
+    #[error("spec.strategy.type is missing; set it to RollingUpdate, Recreate or InPlaceUpdate")]
     MissingStrategyType,
     /// `spec.strategy.type` is not one we know.
-    #[error("spec.strategy.type {0:?} is unknown; use RollingUpdate or Recreate")]
+    #[error("spec.strategy.type {0:?} is unknown; use RollingUpdate, Recreate or InPlaceUpdate")]
     UnknownStrategyType(String),
-    /// The in-place strategy is not implemented yet.
-    #[error("spec.strategy.type InPlaceUpdate is not supported yet; use RollingUpdate or Recreate")]
-    InPlaceUpdateNotSupported,
+    /// An in-place update of a Cluster API MachineDeployment: its Machines' controller does not update in place yet.
+    #[error(
+        "spec.strategy.type InPlaceUpdate (carried in the conversion annotation) runs on machine.sapcloud.io MachineDeployments only; Cluster API MachineDeployments use RollingUpdate or OnDelete"
+    )]
+    InPlaceUpdateNotForCapi,
+    /// `spec.strategy.inPlaceUpdate` is missing for an in-place update.
+    #[error(
+        "spec.strategy.inPlaceUpdate is missing; an InPlaceUpdate strategy needs maxSurge, maxUnavailable and orchestrationType"
+    )]
+    MissingInPlaceUpdate,
+    /// `spec.strategy.inPlaceUpdate.orchestrationType` is missing or unknown (MCM has no default).
+    #[error("spec.strategy.inPlaceUpdate.orchestrationType is {0:?}; set it to Auto or Manual")]
+    InvalidOrchestrationType(String),
     /// `spec.strategy.rollingUpdate` is missing for a rolling update.
     #[error("spec.strategy.rollingUpdate is missing; a RollingUpdate strategy needs maxSurge and maxUnavailable")]
     MissingRollingUpdate,
     /// `maxSurge` or `maxUnavailable` is missing.
-    #[error("spec.strategy.rollingUpdate.{0} is missing; set it to a number or a percentage such as 25%")]
+    #[error("spec.strategy.{0} is missing; set it to a number or a percentage such as 25%")]
     MissingFencepost(&'static str),
     /// `maxSurge` or `maxUnavailable` is neither a non-negative number nor a percentage.
-    #[error("spec.strategy.rollingUpdate.{field} is {value:?}; use a non-negative number or a percentage such as 25%")]
+    #[error("spec.strategy.{field} is {value:?}; use a non-negative number or a percentage such as 25%")]
     InvalidFencepost {
-        /// `maxSurge` or `maxUnavailable`.
+        /// `rollingUpdate.maxSurge`, `inPlaceUpdate.maxUnavailable` ….
         field: &'static str,
         /// The value as written.
         value: String,
@@ -56,7 +66,9 @@ impl ValidationError {
             ValidationError::NegativeReplicas(_) => "negative_replicas",
             ValidationError::MissingStrategyType => "missing_strategy_type",
             ValidationError::UnknownStrategyType(_) => "unknown_strategy_type",
-            ValidationError::InPlaceUpdateNotSupported => "in_place_update_not_supported",
+            ValidationError::MissingInPlaceUpdate => "missing_in_place_update",
+            ValidationError::InPlaceUpdateNotForCapi => "in_place_update_not_for_capi",
+            ValidationError::InvalidOrchestrationType(_) => "invalid_orchestration_type",
             ValidationError::MissingRollingUpdate => "missing_rolling_update",
             ValidationError::MissingFencepost(_) => "missing_fencepost",
             ValidationError::InvalidFencepost { .. } => "invalid_fencepost",
@@ -88,9 +100,26 @@ pub fn validate(d: &MachineDeployment) -> Result<(), Vec<ValidationError>> {
         Some(MachineDeploymentStrategyType::Recreate) => {}
         Some(MachineDeploymentStrategyType::RollingUpdate) => match strategy.and_then(|s| s.rolling_update.as_ref()) {
             None => errors.push(ValidationError::MissingRollingUpdate),
-            Some(config) => validate_fenceposts(config, &mut errors),
+            Some(config) => validate_fenceposts(config, "rollingUpdate", &mut errors),
         },
-        Some(MachineDeploymentStrategyType::InPlaceUpdate) => errors.push(ValidationError::InPlaceUpdateNotSupported),
+        Some(MachineDeploymentStrategyType::InPlaceUpdate)
+            if d.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::convert::CAPI_DATA)) =>
+        {
+            errors.push(ValidationError::InPlaceUpdateNotForCapi)
+        }
+        Some(MachineDeploymentStrategyType::InPlaceUpdate) => match strategy.and_then(|s| s.in_place_update.as_ref()) {
+            None => errors.push(ValidationError::MissingInPlaceUpdate),
+            Some(config) => {
+                validate_fenceposts(&config.update, "inPlaceUpdate", &mut errors);
+                match &config.orchestration_type {
+                    Some(OrchestrationType::Auto | OrchestrationType::Manual) => {}
+                    Some(OrchestrationType::Other(t)) => {
+                        errors.push(ValidationError::InvalidOrchestrationType(t.clone()))
+                    }
+                    None => errors.push(ValidationError::InvalidOrchestrationType(String::new())),
+                }
+            }
+        },
         Some(MachineDeploymentStrategyType::Other(t)) if t.is_empty() => {
             errors.push(ValidationError::MissingStrategyType)
         }
@@ -119,8 +148,13 @@ pub fn validate(d: &MachineDeployment) -> Result<(), Vec<ValidationError>> {
     if errors.is_empty() { Ok(()) } else { Err(errors) }
 }
 
-fn validate_fenceposts(config: &UpdateConfiguration, errors: &mut Vec<ValidationError>) {
-    for (field, value) in [("maxSurge", &config.max_surge), ("maxUnavailable", &config.max_unavailable)] {
+fn validate_fenceposts(config: &UpdateConfiguration, section: &str, errors: &mut Vec<ValidationError>) {
+    let (surge, unavailable) = if section == "inPlaceUpdate" {
+        ("inPlaceUpdate.maxSurge", "inPlaceUpdate.maxUnavailable")
+    } else {
+        ("rollingUpdate.maxSurge", "rollingUpdate.maxUnavailable")
+    };
+    for (field, value) in [(surge, &config.max_surge), (unavailable, &config.max_unavailable)] {
         match value {
             None => errors.push(ValidationError::MissingFencepost(field)),
             Some(v) => {
@@ -166,7 +200,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     use super::*;
-    use crate::lifecycle::machine_deployment::test_support::{deployment, on_delete, rolling};
+    use crate::lifecycle::machine_deployment::test_support::{deployment, in_place, on_delete, rolling};
 
     #[test]
     fn on_delete_is_capis_only() {
@@ -176,6 +210,8 @@ mod tests {
         capi.metadata.annotations =
             Some(BTreeMap::from([(crate::convert::CAPI_DATA.to_string(), r#"{"clusterName":"c"}"#.to_string())]));
         assert_eq!(validate(&capi), Ok(()));
+        capi.spec.strategy = Some(in_place("0", "1", "Auto"));
+        assert_eq!(validate(&capi), Err(vec![ValidationError::InPlaceUpdateNotForCapi]), "MCM flavour only, for now");
     }
 
     fn selector(pairs: &[(&str, &str)]) -> Option<LabelSelector> {
@@ -252,7 +288,27 @@ mod tests {
                     d.spec.strategy.as_mut().unwrap().type_ = Some(MachineDeploymentStrategyType::InPlaceUpdate);
                     d
                 },
-                vec![InPlaceUpdateNotSupported],
+                vec![MissingInPlaceUpdate],
+            ),
+            ("in-place update, Auto", deployment("d", 3, in_place("0", "1", "Auto")), vec![]),
+            ("in-place update, Manual", deployment("d", 3, in_place("0", "25%", "Manual")), vec![]),
+            (
+                "in-place update with an unknown orchestration type",
+                deployment("d", 3, in_place("0", "1", "invalid")),
+                vec![InvalidOrchestrationType("invalid".into())],
+            ),
+            (
+                "in-place update without orchestration type or fenceposts",
+                {
+                    let mut d = deployment("d", 3, in_place("0", "1", "Auto"));
+                    d.spec.strategy.as_mut().unwrap().in_place_update = Some(Default::default());
+                    d
+                },
+                vec![
+                    MissingFencepost("inPlaceUpdate.maxSurge"),
+                    MissingFencepost("inPlaceUpdate.maxUnavailable"),
+                    InvalidOrchestrationType(String::new()),
+                ],
             ),
             (
                 "rolling update without parameters",
@@ -270,17 +326,17 @@ mod tests {
                     d.spec.strategy.as_mut().unwrap().rolling_update = Some(UpdateConfiguration::default());
                     d
                 },
-                vec![MissingFencepost("maxSurge"), MissingFencepost("maxUnavailable")],
+                vec![MissingFencepost("rollingUpdate.maxSurge"), MissingFencepost("rollingUpdate.maxUnavailable")],
             ),
             (
                 "a number in a string is not a percentage",
                 deployment("d", 3, rolling("1", "one")),
-                vec![InvalidFencepost { field: "maxUnavailable", value: "one".into() }],
+                vec![InvalidFencepost { field: "rollingUpdate.maxUnavailable", value: "one".into() }],
             ),
             (
                 "negative fencepost",
                 deployment("d", 3, rolling("-1", "0")),
-                vec![InvalidFencepost { field: "maxSurge", value: "-1".into() }],
+                vec![InvalidFencepost { field: "rollingUpdate.maxSurge", value: "-1".into() }],
             ),
             (
                 "no selector",
@@ -369,10 +425,10 @@ mod tests {
     #[test]
     fn messages_say_what_to_do() {
         assert_eq!(
-            ValidationError::MissingFencepost("maxSurge").to_string(),
+            ValidationError::MissingFencepost("rollingUpdate.maxSurge").to_string(),
             "spec.strategy.rollingUpdate.maxSurge is missing; set it to a number or a percentage such as 25%"
         );
         assert_eq!(ValidationError::EmptySelector.event_reason(), "SelectingAll");
-        assert_eq!(ValidationError::InPlaceUpdateNotSupported.event_reason(), "InvalidSpec");
+        assert_eq!(ValidationError::MissingInPlaceUpdate.event_reason(), "InvalidSpec");
     }
 }

@@ -1,10 +1,11 @@
 //! The MachineSet and MachineDeployment controllers end to end, on `mcm dev`'s building blocks (embedded API
 //! server, in-memory cloud with short boot times, every controller): scaling, rolling updates with their
-//! invariants checked on every watch event, Recreate, pause, rollback, the overshoot freeze, the autoscaler's
+//! invariants checked on every watch event, in-place updates, Recreate, pause, rollback, the overshoot freeze, the autoscaler's
 //! targeted scale-down, invalid specs, and the sample `mcm dev` applies.
 
 mod autoscaler;
 mod freeze;
+mod in_place;
 mod refused_class;
 mod rollout;
 mod sample;

@@ -200,11 +200,14 @@ async fn invalid_deployments_get_a_condition_and_an_event() {
     let in_place = deployment(
         "inplace",
         1,
-        json!({"type": "InPlaceUpdate", "inPlaceUpdate": {"maxSurge": 1, "maxUnavailable": 0, "orchestrationType": "Auto"}}),
+        json!({"type": "InPlaceUpdate", "inPlaceUpdate": {"maxSurge": 1, "maxUnavailable": 0, "orchestrationType": "Sometimes"}}),
     );
     create(&apis.deployments, in_place).await;
 
-    for (name, text) in [("bad", "spec.strategy.type is missing"), ("inplace", "InPlaceUpdate is not supported yet")] {
+    for (name, text) in [
+        ("bad", "spec.strategy.type is missing"),
+        ("inplace", "orchestrationType is \"Sometimes\"; set it to Auto or Manual"),
+    ] {
         let condition = wait_until(&format!("{name}'s InvalidSpec condition"), WAIT, || async {
             let d = apis.deployments.get(name).await.ok()?;
             d.status?.conditions?.into_iter().find(|c| {

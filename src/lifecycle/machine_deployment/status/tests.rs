@@ -539,7 +539,7 @@ fn invalid_spec_status_table() {
         (
             "in-place update",
             Some(invalid.clone()),
-            vec![ValidationError::InPlaceUpdateNotSupported, ValidationError::MissingFencepost("maxSurge")],
+            vec![ValidationError::MissingInPlaceUpdate, ValidationError::MissingFencepost("rollingUpdate.maxSurge")],
             (ConditionStatus::False, INVALID_SPEC),
         ),
     ];
