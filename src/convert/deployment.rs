@@ -7,7 +7,7 @@
 //! | `spec.selector` | `spec.selector` |
 //! | `spec.template` | `spec.template` (see `template`) |
 //! | `spec.strategy` `RollingUpdate {maxSurge, maxUnavailable}` | `spec.rollout.strategy` `RollingUpdate {maxSurge, maxUnavailable}` |
-//! | `spec.strategy` `Recreate`, `InPlaceUpdate` | annotation [`MCM_DATA`] |
+//! | `spec.strategy` `Recreate`, `InPlaceUpdate` (with its fenceposts and orchestration type) | annotation [`MCM_DATA`]; no `rollout.strategy`, and CAPI's defaults do not add one |
 //! | `spec.paused` | `spec.paused` |
 //! | `minReadySeconds`, `revisionHistoryLimit`, `rollbackTo`, `progressDeadlineSeconds`, `autoPreserveFailedMachineMax` | annotation [`MCM_DATA`] |
 //! | `spec.strategy` of a type MCM does not know | `spec.rollout.strategy` of that type (`OnDelete`: run for CAPI deployments, refused on MCM's API) |
@@ -196,9 +196,18 @@ pub fn deployment_from_capi(capi: &capi::MachineDeployment) -> mcm::MachineDeplo
 /// What CAPI's defaulting webhook does to a MachineDeployment before anyone reads it: one replica when none is
 /// given, and a RollingUpdate with maxSurge 1 and maxUnavailable 0 when no strategy is given. The controllers
 /// apply it before converting (our embedded API server has no CAPI webhook).
+///
+/// A strategy CAPI cannot express (Recreate, InPlaceUpdate) lives only in the [`MCM_DATA`] annotation, and
+/// [`deployment_from_capi`] prefers CAPI's field, so defaulting that field would silently turn it into
+/// RollingUpdate. The strategy is therefore only defaulted when the annotation carries none. An explicit CAPI
+/// strategy still wins over the annotation (it is the user's newer edit); [`deployment_to_capi`] never writes both.
 pub fn apply_capi_deployment_defaults(d: &mut capi::MachineDeployment) {
     if d.spec.replicas.is_none() {
         d.spec.replicas = Some(1);
+    }
+    let carried = annotation_strategy(&d.metadata.annotations).is_some();
+    if carried && d.spec.rollout.as_ref().is_none_or(|r| r.strategy.is_none()) {
+        return;
     }
     let rollout = d.spec.rollout.get_or_insert_with(MachineDeploymentRollout::default);
     let strategy = rollout.strategy.get_or_insert_with(|| MachineDeploymentRolloutStrategy {
@@ -213,6 +222,14 @@ pub fn apply_capi_deployment_defaults(d: &mut capi::MachineDeployment) {
         r.max_surge.get_or_insert(IntOrString::Int(1));
         r.max_unavailable.get_or_insert(IntOrString::Int(0));
     }
+}
+
+/// The strategy carried in the [`MCM_DATA`] annotation, if any (read without removing it).
+fn annotation_strategy(
+    annotations: &Option<std::collections::BTreeMap<String, String>>,
+) -> Option<MachineDeploymentStrategy> {
+    let mut copy = annotations.clone();
+    take::<McmDeploymentData>(&mut copy, MCM_DATA).strategy
 }
 
 /// The CAPI status for a hub status. Lost on the way (the hub recomputes them): `unavailableReplicas`,
@@ -330,6 +347,59 @@ mod tests {
         assert!(c.metadata.annotations.as_ref().is_some_and(|a| a[MCM_DATA].contains("Recreate")));
         let back = deployment_from_capi(&c);
         assert_eq!((back.metadata, back.spec), (hub.metadata, hub.spec));
+    }
+
+    fn hub_with(strategy: MachineDeploymentStrategy) -> mcm::MachineDeployment {
+        let mut hub = mcm::MachineDeployment::new("d", Default::default());
+        hub.spec.replicas = 3;
+        hub.spec.strategy = Some(strategy);
+        hub
+    }
+
+    /// The strategies CAPI cannot express travel in the annotation; CAPI's defaults (applied by the controllers
+    /// before converting) must not replace them with RollingUpdate.
+    #[test]
+    fn defaults_keep_the_annotations_strategy() {
+        let fenceposts = UpdateConfiguration {
+            max_surge: Some(IntOrString::Int(1)),
+            max_unavailable: Some(IntOrString::String("25%".into())),
+        };
+        let in_place = MachineDeploymentStrategy {
+            type_: Some(MachineDeploymentStrategyType::InPlaceUpdate),
+            rolling_update: None,
+            in_place_update: Some(mcm::InPlaceUpdate {
+                update: fenceposts,
+                orchestration_type: Some(mcm::OrchestrationType::Manual),
+            }),
+        };
+        let recreate =
+            MachineDeploymentStrategy { type_: Some(MachineDeploymentStrategyType::Recreate), ..Default::default() };
+        for strategy in [in_place, recreate] {
+            let hub = hub_with(strategy.clone());
+            let mut c = deployment_to_capi(&hub);
+            apply_capi_deployment_defaults(&mut c);
+            assert_eq!(c.spec.rollout, None, "no CAPI strategy next to the annotation's");
+            let back = deployment_from_capi(&c);
+            assert_eq!(back.spec.strategy, Some(strategy));
+            assert_eq!((back.metadata, back.spec), (hub.metadata, hub.spec));
+        }
+    }
+
+    /// A strategy the user writes in CAPI's field wins over the annotation's: it is the newer intent.
+    #[test]
+    fn an_explicit_capi_strategy_wins_over_the_annotation() {
+        let hub = hub_with(MachineDeploymentStrategy {
+            type_: Some(MachineDeploymentStrategyType::Recreate),
+            ..Default::default()
+        });
+        let mut c = deployment_to_capi(&hub);
+        c.spec.rollout = Some(MachineDeploymentRollout {
+            strategy: Some(MachineDeploymentRolloutStrategy { type_: "RollingUpdate".into(), rolling_update: None }),
+            ..Default::default()
+        });
+        apply_capi_deployment_defaults(&mut c);
+        let t = deployment_from_capi(&c).spec.strategy.and_then(|s| s.type_);
+        assert_eq!(t, Some(MachineDeploymentStrategyType::RollingUpdate));
     }
 
     #[test]

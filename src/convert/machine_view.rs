@@ -30,6 +30,28 @@ pub mod phase {
     pub const FAILED: &str = "Failed";
     /// The state cannot be determined.
     pub const UNKNOWN: &str = "Unknown";
+    /// An in-place update runs (CAPI v1.12+); MCM's three in-place phases ([`super::capi_phase_in_place`]).
+    pub const UPDATING: &str = "Updating";
+}
+
+/// Whether a hub phase is one of MCM's in-place phases.
+pub fn is_in_place(p: &MachinePhase) -> bool {
+    matches!(
+        p,
+        MachinePhase::InPlaceUpdating | MachinePhase::InPlaceUpdateSuccessful | MachinePhase::InPlaceUpdateFailed
+    )
+}
+
+/// The CAPI phase for one of MCM's in-place phases; `None` for the others, which `lifecycle::capi_machine` decides
+/// from the Machine's own observations.
+///
+/// All three are `Updating`. CAPI has no phase for "updated, not yet rejoined": MCM's InPlaceUpdateSuccessful
+/// becomes Running only when the health check sees the Node back, so `Updating` until then is closest. CAPI's
+/// `Failed` is terminal (its MachineSet and health checks replace the machine), while MCM's InPlaceUpdateFailed can
+/// still recover or turns Failed only after the health timeout; so it stays `Updating`, and the failure shows in
+/// the `Updating` condition.
+pub fn capi_phase_in_place(p: &MachinePhase) -> Option<&'static str> {
+    is_in_place(p).then_some(phase::UPDATING)
 }
 
 /// MCM's phase for a CAPI phase. `None` is MCM's "being created".
@@ -40,7 +62,8 @@ pub fn hub_phase(capi_phase: Option<&str>) -> Option<MachinePhase> {
         phase::DELETING | "Deleted" => Some(MachinePhase::Terminating),
         phase::FAILED => Some(MachinePhase::Failed),
         phase::UNKNOWN => Some(MachinePhase::Unknown),
-        "Updating" => Some(MachinePhase::InPlaceUpdating),
+        // Which in-place phase exactly is the MCMMachine's word (`machine_to_hub`).
+        phase::UPDATING => Some(MachinePhase::InPlaceUpdating),
         // Pending, Provisioning, anything new: still being created.
         _ => None,
     }
@@ -65,6 +88,8 @@ pub fn machine_to_hub(m: &capi::Machine, infra: Option<&MCMMachine>) -> mcm::Mac
     let mcm_phase = infra_status.and_then(|s| s.current_status.as_ref()).and_then(|c| c.phase.clone());
     let phase = match mcm_phase {
         Some(p @ (MachinePhase::Failed | MachinePhase::CrashLoopBackOff)) => Some(p),
+        // CAPI's `Updating` stands for all three in-place phases; the MCMMachine says which one.
+        Some(p) if is_in_place(&p) => Some(p),
         _ => hub_phase(m.status.as_ref().and_then(|s| s.phase.as_deref())),
     };
     // A MachineHealthCheck asked its owner to remediate it: to MCM's MachineSet that is a Failed machine, which it
@@ -186,6 +211,32 @@ mod tests {
         let hub = machine_to_hub(&capi_machine(Some("Provisioned"), &[]), Some(&infra));
         let phase = hub.status.and_then(|s| s.current_status).and_then(|c| c.phase);
         assert_eq!(phase, Some(MachinePhase::CrashLoopBackOff));
+    }
+
+    /// MCM's in-place phases are CAPI's `Updating` one way; back, the MCMMachine's phase says which one.
+    #[test]
+    fn in_place_phases_are_capis_updating_both_ways() {
+        use MachinePhase::*;
+        // (hub phase, CAPI phase, hub phase read back through the MCMMachine)
+        let rows = [
+            (InPlaceUpdating, Some(phase::UPDATING), InPlaceUpdating),
+            (InPlaceUpdateSuccessful, Some(phase::UPDATING), InPlaceUpdateSuccessful),
+            (InPlaceUpdateFailed, Some(phase::UPDATING), InPlaceUpdateFailed),
+            (Running, None, Running),
+            (Failed, None, Failed),
+        ];
+        for (hub, capi_phase, back) in rows {
+            assert_eq!(capi_phase_in_place(&hub), capi_phase, "{hub:?}");
+            let mut infra = MCMMachine::new("m1", Default::default());
+            infra.status = Some(crate::api::infra::MCMMachineStatus {
+                current_status: Some(CurrentStatus { phase: Some(hub.clone()), ..Default::default() }),
+                ..Default::default()
+            });
+            let shown = capi_phase.unwrap_or(if hub == Failed { phase::FAILED } else { phase::RUNNING });
+            let read = machine_to_hub(&capi_machine(Some(shown), &[]), Some(&infra));
+            assert_eq!(read.status.and_then(|s| s.current_status).and_then(|c| c.phase), Some(back), "{hub:?}");
+        }
+        assert_eq!(hub_phase(Some(phase::UPDATING)), Some(InPlaceUpdating), "without an MCMMachine");
     }
 
     #[test]

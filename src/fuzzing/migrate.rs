@@ -1,6 +1,8 @@
 //! The migrate planner (`mcm migrate plan`) over whatever a namespace holds, and the rollback planner
 //! (`mcm migrate rollback`) over the CAPI objects, both the ones the namespace holds and the ones the plan makes.
 
+use std::collections::BTreeMap;
+
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -45,6 +47,12 @@ pub fn migrate_plan(data: &[u8]) {
                     (object["metadata"]["name"].as_str(), object["spec"]["providerID"].as_str())
                 {
                     inventory.node_provider_ids.insert(name.into(), id.into());
+                }
+                if let (Some(name), Ok(labels)) = (
+                    object["metadata"]["name"].as_str(),
+                    serde_json::from_value::<BTreeMap<String, String>>(object["metadata"]["labels"].clone()),
+                ) {
+                    inventory.node_labels.insert(name.into(), labels);
                 }
             }
             _ => {}

@@ -5,7 +5,8 @@
 //! Phases (`docs/infrastructure-provider.md`): Pending (no bootstrap data yet), Provisioning (waiting for the MCMMachine's
 //! `status.initialization.provisioned`), Provisioned (providerID known, no Node), Running (Node linked), Deleting,
 //! and Failed for MCM's timeouts (a machine without a Ready Node after `creationTimeout`, or whose Node stays not
-//! Ready for `healthTimeout`); the MachineSet replaces a Failed machine as MCM does.
+//! Ready for `healthTimeout`); the MachineSet replaces a Failed machine as MCM does. Updating while the MCMMachine's
+//! `status.currentStatus.phase` is one of MCM's in-place phases (`convert::machine_view::capi_phase_in_place`).
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::api::capi::{self, MachineAddress, MachineInitializationStatus, MachineNodeReference};
 use crate::api::infra::MCMMachine;
+use crate::api::mcm::MachinePhase;
 use crate::lifecycle::capi_bootstrap::BootstrapPlan;
 
 /// The finalizer our Machine controller holds on CAPI Machines.
@@ -165,6 +167,22 @@ fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
     now.duration_since(since).try_into().unwrap_or(Duration::ZERO)
 }
 
+/// CAPI's `Updating` condition (status, reason, message) for MCM's in-place phase and the machine's
+/// `lastOperation.description`: True while the update runs; False with CAPI's `InPlaceUpdateFailed` and MCM's
+/// message after it failed (CAPI's `Failed` phase would be terminal, see `machine_view::capi_phase_in_place`);
+/// else `NotUpdating`, also once the update succeeded and the machine only waits to rejoin.
+pub fn updating_condition<'a>(
+    in_place: Option<&MachinePhase>,
+    description: Option<&'a str>,
+) -> (bool, &'static str, &'a str) {
+    let message = description.unwrap_or_default();
+    match in_place {
+        Some(MachinePhase::InPlaceUpdating) => (true, "InPlaceUpdating", message),
+        Some(MachinePhase::InPlaceUpdateFailed) => (false, "InPlaceUpdateFailed", message),
+        _ => (false, "NotUpdating", ""),
+    }
+}
+
 /// Decides the status of a Machine that is not being deleted.
 pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let m = obs.machine;
@@ -183,6 +201,15 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     };
     // A Node known before the connection went down still counts.
     let has_node = obs.node.is_some() || (obs.connection_down.is_some() && old.node_ref.is_some());
+    // MCM's in-place phase, recorded on the MCMMachine as its other MCM-only phases are.
+    let in_place = obs
+        .infra
+        .and_then(|i| i.status.as_ref())
+        .and_then(|s| s.current_status.as_ref())
+        .and_then(|c| c.phase.as_ref())
+        .filter(|p| crate::convert::machine_view::is_in_place(p));
+    // A machine that was Running (or updating in place since) waits for the health timeout, not the creation one.
+    let was_running = matches!(old.phase.as_deref(), Some(phase::RUNNING | phase::UPDATING));
     let created = m.metadata.creation_timestamp.as_ref().map_or(now, |t| t.0);
 
     let mut requeue_after = None;
@@ -192,7 +219,7 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
         Some(("Failed", "the machine failed earlier; the MachineSet replaces it".to_string()))
     } else if obs.connection_down.is_some() {
         None
-    } else if obs.node.is_none() || (!healthy && old.phase.as_deref() != Some(phase::RUNNING)) {
+    } else if obs.node.is_none() || (!healthy && !was_running) {
         let age = elapsed(created, now);
         if age >= obs.creation_timeout {
             Some((
@@ -222,7 +249,7 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let phase = if failure.is_some() {
         phase::FAILED
     } else if has_node && (provisioned || was_provisioned) {
-        phase::RUNNING
+        in_place.and_then(crate::convert::machine_view::capi_phase_in_place).unwrap_or(phase::RUNNING)
     } else if provisioned && provider_id.is_some() {
         phase::PROVISIONED
     } else if bootstrap {
@@ -351,9 +378,10 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     };
     conditions.push(condition(&old_conditions, "Available", available, available_reason, "", now));
     conditions.push(condition(&old_conditions, "Deleting", false, "NotDeleting", "", now));
-    // Core's: no in-place update runs here (MCM's in-place updates are the MCM flavour's), and a paused Machine is
-    // not reconciled at all.
-    conditions.push(condition(&old_conditions, "Updating", false, "NotUpdating", "", now));
+    let description = obs.infra.and_then(|i| i.status.as_ref()?.last_operation.as_ref()?.description.as_deref());
+    let (updating, updating_reason, updating_message) = updating_condition(in_place, description);
+    conditions.push(condition(&old_conditions, "Updating", updating, updating_reason, updating_message, now));
+    // Core's: a paused Machine is not reconciled at all.
     conditions.push(condition(&old_conditions, "Paused", false, "NotPaused", "", now));
     if let Some(template_up_to_date) = obs.up_to_date {
         // As core: the template first, then a Node running another Kubernetes version than the Machine asks for
@@ -686,6 +714,83 @@ mod tests {
             let healthy = node.is_some_and(|n| n.status == ready_node().status);
             let want = if expected == phase::RUNNING && healthy { "True" } else { "False" };
             assert_eq!(ready, Some(want), "{name}");
+        }
+    }
+
+    /// MCM's in-place phases on the MCMMachine: CAPI phase `Updating` and the `Updating` condition.
+    #[test]
+    fn in_place_phases_table() {
+        use crate::api::mcm::{CurrentStatus, LastOperation};
+        let ten_min = Duration::from_secs(600);
+        let ready = ready_node();
+        let not_ready = node(false, 10);
+        // (case, MCM phase, node, now, expected phase, Updating (status, reason, message))
+        type Row<'a> = (&'a str, Option<MachinePhase>, &'a Node, i64, &'a str, (&'a str, &'a str, &'a str));
+        let rows: Vec<Row<'_>> = vec![
+            ("running", None, &ready, 5, phase::RUNNING, ("False", "NotUpdating", "")),
+            (
+                "updating",
+                Some(MachinePhase::InPlaceUpdating),
+                &ready,
+                5,
+                phase::UPDATING,
+                ("True", "InPlaceUpdating", "op"),
+            ),
+            (
+                "updated, not rejoined yet",
+                Some(MachinePhase::InPlaceUpdateSuccessful),
+                &ready,
+                5,
+                phase::UPDATING,
+                ("False", "NotUpdating", ""),
+            ),
+            (
+                "failed",
+                Some(MachinePhase::InPlaceUpdateFailed),
+                &ready,
+                5,
+                phase::UPDATING,
+                ("False", "InPlaceUpdateFailed", "op"),
+            ),
+            (
+                "a not-Ready node while updating waits for the health timeout, not the creation one",
+                Some(MachinePhase::InPlaceUpdating),
+                &not_ready,
+                605,
+                phase::UPDATING,
+                ("True", "InPlaceUpdating", "op"),
+            ),
+            (
+                "health timeout while updating",
+                Some(MachinePhase::InPlaceUpdateFailed),
+                &not_ready,
+                611,
+                phase::FAILED,
+                ("False", "InPlaceUpdateFailed", "op"),
+            ),
+        ];
+        for (name, mcm_phase, node, now, expected, updating) in rows {
+            let mut m = machine(true, &[]);
+            m.status = Some(capi::MachineStatus { phase: Some(phase::UPDATING.into()), ..Default::default() });
+            let mut i = infra(true, false);
+            if let Some(s) = i.status.as_mut() {
+                s.current_status = Some(CurrentStatus { phase: mcm_phase, ..Default::default() });
+                s.last_operation = Some(LastOperation { description: Some("op".into()), ..Default::default() });
+            }
+            let plan = plan_machine(&MachineObservation {
+                machine: &m,
+                infra: Some(&i),
+                node: Some(node),
+                now: t(now),
+                creation_timeout: ten_min,
+                health_timeout: Some(ten_min),
+                up_to_date: None,
+                bootstrap: None,
+                connection_down: None,
+            });
+            assert_eq!(plan.status.phase.as_deref(), Some(expected), "{name}");
+            let (status, reason, message) = condition_of(&plan, "Updating");
+            assert_eq!((status.as_str(), reason.as_str(), message.as_str()), updating, "{name}");
         }
     }
 

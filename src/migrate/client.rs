@@ -147,9 +147,10 @@ where
     }
 }
 
-/// The MCM and CAPI objects the plan reads, and the providerIDs of the Nodes.
+/// The MCM and CAPI objects the plan reads, and the providerIDs and labels of the Nodes.
 pub async fn inventory(client: &Client, target: &Target) -> Result<Inventory, MigrateError> {
     let ns = &target.namespace;
+    let nodes = list(&Api::<Node>::all(client.clone())).await?;
     Ok(Inventory {
         deployments: list(&api::<mcm::MachineDeployment>(client, ns)).await?,
         sets: list(&api::<mcm::MachineSet>(client, ns)).await?,
@@ -158,8 +159,11 @@ pub async fn inventory(client: &Client, target: &Target) -> Result<Inventory, Mi
         cluster: get(&api::<capi::Cluster>(client, ns), &target.cluster_name).await?,
         mcm_cluster: get(&api::<infra::MCMCluster>(client, ns), &target.cluster_name).await?,
         capi_deployments: list(&api::<capi::MachineDeployment>(client, ns)).await?,
-        node_provider_ids: list(&Api::<Node>::all(client.clone()))
-            .await?
+        node_labels: nodes
+            .iter()
+            .filter_map(|n| Some((n.metadata.name.clone()?, n.metadata.labels.clone().filter(|l| !l.is_empty())?)))
+            .collect(),
+        node_provider_ids: nodes
             .into_iter()
             .filter_map(|n| Some((n.metadata.name?, n.spec?.provider_id.filter(|p| !p.is_empty())?)))
             .collect(),

@@ -25,6 +25,7 @@ use crate::api::capi::{self, CLUSTER_NAME_LABEL, ContractVersionedObjectReferenc
 use crate::api::infra::{self, MCMCluster, MCMClusterSpec, MCMMachine, MCMMachineSpec, MCMMachineTemplate};
 use crate::api::infra::{MCMMachineTemplateResource, MCMMachineTemplateSpec};
 use crate::api::mcm::names::TRIGGER_DELETION_BY_MCM;
+use crate::api::mcm::names::{CANDIDATE_FOR_UPDATE, SELECTED_FOR_UPDATE, UPDATE_RESULT};
 use crate::api::mcm::names::{FREEZE_LABEL, FREEZE_VALUE};
 use crate::api::mcm::names::{MACHINE_CLASS_KIND, NODE_LABEL, PRIORITY_ANNOTATION};
 use crate::api::mcm::{self, MachineClass, MachineDeploymentStrategyType, MachinePhase};
@@ -63,6 +64,8 @@ pub struct Inventory {
     /// `spec.providerID` of the Nodes that name one, by Node name: CAPI core links a Machine to the Node whose
     /// providerID equals the Machine's, so a handed-over machine carries its Node's spelling.
     pub node_provider_ids: BTreeMap<String, String>,
+    /// The labels of the Nodes that have any, by Node name: the in-place update protocol lives in them.
+    pub node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// One machine's CAPI pair.
@@ -334,6 +337,27 @@ pub fn handed_over_provider_id(machine: &str, node: &str, node_provider_id: Opti
     }
 }
 
+/// The in-place update labels of a machine's Node: a selected Node or one with a result is mid-update (blocks);
+/// `candidate-for-update` alone is what MCM leaves behind after a finished in-place rollout (harmless, noted in
+/// `settled`; so is the `InPlaceUpdate` condition with reason `UpdateSuccessful`, which the plan does not check).
+fn in_place_node(node: &str, inventory: &Inventory, block: &mut impl FnMut(&str, String), settled: &mut Vec<String>) {
+    let Some(labels) = inventory.node_labels.get(node) else { return };
+    let n_key = format!("Node {node}");
+    let mut busy = false;
+    for label in [SELECTED_FOR_UPDATE, UPDATE_RESULT] {
+        if let Some(v) = labels.get(label) {
+            busy = true;
+            block(&n_key, format!("in-place update in progress: label {label}={v}"));
+        }
+    }
+    if !busy && labels.contains_key(CANDIDATE_FOR_UPDATE) {
+        settled.push(format!(
+            "{n_key}: label {CANDIDATE_FOR_UPDATE} (and any InPlaceUpdate condition) from a finished in-place update; \
+             harmless, kept"
+        ));
+    }
+}
+
 fn controller_name_of<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a str> {
     super::objects::controller_name(meta, kind)
 }
@@ -425,6 +449,7 @@ fn plan_deployment(
     let mut node_names: BTreeMap<String, String> = BTreeMap::new();
     let mut provider_ids: BTreeMap<String, String> = BTreeMap::new();
     let mut respelled = Vec::new();
+    let mut settled = Vec::new();
     for m in &machines {
         let m_key = key("Machine", &m.metadata);
         if m.metadata.deletion_timestamp.is_some() {
@@ -432,12 +457,33 @@ fn plan_deployment(
         }
         match phase_of(m) {
             Some(MachinePhase::Running) => {}
+            // Not resumable on the CAPI side: the Node protocol's state would be half on MCM's objects.
+            Some(
+                p @ (MachinePhase::InPlaceUpdating
+                | MachinePhase::InPlaceUpdateSuccessful
+                | MachinePhase::InPlaceUpdateFailed),
+            ) => {
+                block(&m_key, format!("in-place update in progress ({}), not Running", p.as_str()));
+            }
             phase => block(
                 &m_key,
                 format!("is {}, not Running", phase.map_or("being created".to_string(), |p| p.as_str().to_string())),
             ),
         }
+        // MCM sets it when it moves a machine updated in place to the new set and removes it on its next pass.
+        if let Some(v) = m.metadata.labels.as_ref().and_then(|l| l.get(UPDATE_RESULT)) {
+            block(
+                &m_key,
+                format!(
+                    "in-place update in progress: label {UPDATE_RESULT}={v} (MCM removes it on its next pass over \
+                     the deployment)"
+                ),
+            );
+        }
         let node = m.metadata.labels.as_ref().and_then(|l| l.get(NODE_LABEL)).filter(|n| !n.is_empty());
+        if let Some(node) = node {
+            in_place_node(node, inventory, &mut block, &mut settled);
+        }
         match (create::provider_id(m), node) {
             (Some(id), Some(node)) => {
                 let name = m.metadata.name.clone().unwrap_or_default();
@@ -463,6 +509,7 @@ fn plan_deployment(
         return None;
     }
     summary.one_to_one.extend(respelled);
+    summary.left_alone.extend(settled);
 
     // The objects.
     let src = source_deployment(d);
@@ -565,6 +612,19 @@ fn plan_deployment(
     })
 }
 
+/// Where a strategy CAPI cannot express is kept, and who honours it: only our CAPI core reads the annotation back.
+fn strategy_kept(strategy: &MachineDeploymentStrategyType) -> String {
+    let honoured = match strategy {
+        MachineDeploymentStrategyType::InPlaceUpdate => "updates in place, with the same orchestration and bounds",
+        MachineDeploymentStrategyType::Recreate => "deletes every old machine before creating new ones",
+        _ => return format!("annotation {MCM_DATA} on the CAPI MachineDeployment (CAPI has no equivalent)"),
+    };
+    format!(
+        "kept in annotation {MCM_DATA} on the CAPI MachineDeployment: our CAPI core honours it ({honoured}); \
+         upstream CAPI core ignores it, and the next template change replaces VMs (RollingUpdate)"
+    )
+}
+
 /// The summary lines of one planned deployment.
 fn describe(
     d: &mcm::MachineDeployment,
@@ -589,10 +649,9 @@ fn describe(
         None | Some(MachineDeploymentStrategyType::RollingUpdate) => summary
             .one_to_one
             .push(format!("{d_key}: strategy RollingUpdate (maxSurge, maxUnavailable) -> spec.rollout.strategy")),
-        Some(other) => summary.lossy.push(Lossy {
-            what: format!("{d_key}: strategy {}", other.as_str()),
-            kept: format!("annotation {MCM_DATA} on the CAPI MachineDeployment (CAPI has no equivalent)"),
-        }),
+        Some(other) => summary
+            .lossy
+            .push(Lossy { what: format!("{d_key}: strategy {}", other.as_str()), kept: strategy_kept(&other) }),
     }
     let spec = &src.spec;
     let mut mcm_only = Vec::new();

@@ -1,3 +1,4 @@
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use super::*;
@@ -231,6 +232,48 @@ fn blockers_are_reported_and_nothing_is_planned() {
             "Machine ns/pool-abc-1: is Pending, not Running",
         ),
         (
+            "machine updating in place",
+            |i| {
+                i.machines[1] = machine("pool-abc-1", "pool-abc", "InPlaceUpdating");
+            },
+            "Machine ns/pool-abc-1: in-place update in progress (InPlaceUpdating), not Running",
+        ),
+        (
+            "machine updated in place, not rejoined",
+            |i| {
+                i.machines[1] = machine("pool-abc-1", "pool-abc", "InPlaceUpdateSuccessful");
+            },
+            "Machine ns/pool-abc-1: in-place update in progress (InPlaceUpdateSuccessful)",
+        ),
+        (
+            "machine whose in-place update failed",
+            |i| {
+                i.machines[1] = machine("pool-abc-1", "pool-abc", "InPlaceUpdateFailed");
+            },
+            "Machine ns/pool-abc-1: in-place update in progress (InPlaceUpdateFailed)",
+        ),
+        (
+            "machine just moved to the new set",
+            |i| {
+                i.machines[0].metadata.labels.as_mut().unwrap().insert(UPDATE_RESULT.into(), "successful".into());
+            },
+            "Machine ns/pool-abc-0: in-place update in progress: label node.machine.sapcloud.io/update-result=successful",
+        ),
+        (
+            "node selected for update",
+            |i| {
+                i.node_labels.insert("node-pool-abc-2".into(), [(SELECTED_FOR_UPDATE.into(), "true".into())].into());
+            },
+            "Node node-pool-abc-2: in-place update in progress: label node.machine.sapcloud.io/selected-for-update=true",
+        ),
+        (
+            "node with an update result",
+            |i| {
+                i.node_labels.insert("node-pool-abc-2".into(), [(UPDATE_RESULT.into(), "failed".into())].into());
+            },
+            "Node node-pool-abc-2: in-place update in progress: label node.machine.sapcloud.io/update-result=failed",
+        ),
+        (
             "machine without node",
             |i| {
                 i.machines[0].metadata.labels.as_mut().unwrap().remove("node");
@@ -433,4 +476,81 @@ fn reverse_refuses_machines_that_are_not_running() {
     capi.machines[0].status.as_mut().unwrap().phase = Some("Provisioned".into());
     let blockers = reverse(&d, &capi).unwrap_err();
     assert!(blockers.iter().any(|b| b.reason.contains("is Provisioned, not Running")), "{blockers:?}");
+}
+
+#[test]
+fn an_in_place_phase_is_one_blocker_not_two() {
+    let mut inventory = healthy(1);
+    inventory.machines[0] = machine("pool-abc-0", "pool-abc", "InPlaceUpdating");
+    assert_eq!(
+        blockers(&inventory),
+        ["Machine ns/pool-abc-0: in-place update in progress (InPlaceUpdating), not Running"]
+    );
+}
+
+/// What a finished in-place rollout leaves on the Nodes (MCM never removes them) does not block.
+#[test]
+fn settled_in_place_leftovers_are_left_alone() {
+    let mut inventory = healthy(2);
+    for i in 0..2 {
+        inventory.node_labels.insert(
+            format!("node-pool-abc-{i}"),
+            [(CANDIDATE_FOR_UPDATE.into(), "true".into()), ("role".into(), "worker".into())].into(),
+        );
+    }
+    // MCM copies the Node's conditions onto the Machine; the last stage stays after success.
+    let condition = json!([{"type": "InPlaceUpdate", "status": "True", "reason": "UpdateSuccessful",
+        "message": "Node in-place update successful"}]);
+    for m in &mut inventory.machines {
+        m.status.as_mut().unwrap().conditions = serde_json::from_value(condition.clone()).unwrap();
+    }
+    let plan = plan(&inventory, &target());
+    assert_eq!(plan.summary.blockers, vec![]);
+    assert_eq!(plan.deployments.len(), 1);
+    let noted = plan.summary.left_alone.iter().filter(|l| l.contains(CANDIDATE_FOR_UPDATE)).count();
+    assert_eq!(noted, 2, "{:?}", plan.summary.left_alone);
+}
+
+fn with_strategy(strategy: serde_json::Value) -> Inventory {
+    let mut inventory = healthy(2);
+    inventory.deployments[0].spec.strategy = Some(serde_json::from_value(strategy).unwrap());
+    inventory
+}
+
+#[test]
+fn the_strategy_line_says_who_honours_it() {
+    let cases = [
+        (json!({"type": "InPlaceUpdate", "inPlaceUpdate": {"orchestrationType": "Manual"}}), "updates in place"),
+        (json!({"type": "Recreate"}), "deletes every old machine"),
+    ];
+    for (strategy, honoured) in cases {
+        let plan = plan(&with_strategy(strategy.clone()), &target());
+        let line = plan
+            .summary
+            .lossy
+            .iter()
+            .find(|l| l.what.ends_with(&format!("strategy {}", strategy["type"].as_str().unwrap())));
+        let kept = &line.unwrap_or_else(|| panic!("{strategy}: {:?}", plan.summary.lossy)).kept;
+        assert!(kept.contains(MCM_DATA), "{kept}");
+        assert!(kept.contains(&format!("our CAPI core honours it ({honoured}")), "{kept}");
+        assert!(kept.contains("upstream CAPI core ignores it, and the next template change replaces VMs"), "{kept}");
+    }
+}
+
+/// InPlaceUpdate/Manual has no CAPI field: it travels in the annotation and a rollback brings it back whole.
+#[test]
+fn reverse_restores_an_in_place_strategy() {
+    let inventory = with_strategy(json!({"type": "InPlaceUpdate",
+        "inPlaceUpdate": {"orchestrationType": "Manual", "maxSurge": 1, "maxUnavailable": 0}}));
+    let plan = plan(&inventory, &target());
+    let (d, capi) = as_created(&plan.deployments[0]);
+    assert_eq!(d.spec.rollout, None, "CAPI cannot express it");
+    let restored = reverse(&d, &capi).unwrap();
+    let original = source_deployment(&inventory.deployments[0]);
+    assert_eq!(restored.deployment.spec.strategy, original.spec.strategy);
+    let in_place = restored.deployment.spec.strategy.clone().and_then(|s| s.in_place_update).unwrap();
+    assert_eq!(in_place.orchestration_type, Some(mcm::OrchestrationType::Manual));
+    assert_eq!(in_place.update.max_surge, Some(IntOrString::Int(1)));
+    assert_eq!(in_place.update.max_unavailable, Some(IntOrString::Int(0)));
+    assert_eq!(restored.deployment.spec, original.spec);
 }
