@@ -318,6 +318,30 @@ struct Tracked {
     memory: Memory,
     wake_at: Option<Instant>,
     retry: Option<ExponentialBackoff>,
+    /// The resourceVersion of the copy a write of ours returned, until the watch shows it: the events before it
+    /// are older than that copy (a Node without the result just written would be answered twice).
+    written: Option<String>,
+}
+
+impl Tracked {
+    /// Keeps the copy an API call returned, newer than anything the watch showed so far.
+    fn remember_written(&mut self, node: Node) {
+        self.written = node.resource_version();
+        self.node = Some(node);
+    }
+
+    /// Whether `event` is older than the copy kept from a write (watch events come in order, so everything
+    /// before the write's own event is); the write's own event ends the catching up.
+    fn catching_up(&mut self, event: &Node) -> bool {
+        match &self.written {
+            Some(written) if event.resource_version().as_ref() == Some(written) => {
+                self.written = None;
+                true
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
 }
 
 impl Worker {
@@ -336,14 +360,24 @@ impl Worker {
                     None => return,
                     Some(Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node))) => {
                         let name = node.name_any();
-                        tracked.entry(name.clone()).or_default().node = Some(node);
-                        vec![name]
+                        let entry = tracked.entry(name.clone()).or_default();
+                        if entry.catching_up(&node) {
+                            Vec::new()
+                        } else {
+                            entry.node = Some(node);
+                            vec![name]
+                        }
                     }
                     Some(Ok(watcher::Event::Delete(node))) => {
                         tracked.remove(&node.name_any());
                         Vec::new()
                     }
-                    Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => Vec::new(),
+                    Some(Ok(watcher::Event::Init)) => {
+                        // A re-list shows the latest of everything: no event to wait for any more.
+                        tracked.values_mut().for_each(|t| t.written = None);
+                        Vec::new()
+                    }
+                    Some(Ok(watcher::Event::InitDone)) => Vec::new(),
                     Some(Err(e)) => {
                         Counters::bump(&self.counters.errors);
                         tracing::warn!(error = %e, "in-memory node agent: watching Nodes failed, retrying");
@@ -387,13 +421,15 @@ impl Worker {
         match result {
             Ok(Written::Node(written)) => {
                 entry.retry = None;
-                // Newer than what the watch showed so far; its own event follows and brings the next look.
-                entry.node = Some(written);
+                entry.remember_written(written);
             }
             Ok(Written::Gone) => entry.retry = None,
             Ok(Written::Stale(fresh)) => {
                 // Someone wrote first: decide again on what is there now.
-                entry.node = fresh;
+                match fresh {
+                    Some(fresh) => entry.remember_written(fresh),
+                    None => entry.node = None,
+                }
                 entry.wake_at = Some(Instant::now());
             }
             Err(e) => {
