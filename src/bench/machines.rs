@@ -474,6 +474,8 @@ pub(super) async fn run(
         // Started below, after the write probe.
         run_controllers: false,
         webhooks: false,
+        // No in-place rollouts to answer, and its Node watch would count among the measured requests.
+        node_agent: None,
         ..DevOptions::default()
     };
     let mut env = DevEnvironment::start(&options, |_| {}).await?;

@@ -140,6 +140,8 @@ impl World {
                 remove_nodes_of_deleted_vms: Some(NODE_REMOVAL),
                 ..Default::default()
             },
+            // No in-place rollouts here: without the node agent the trial's API requests are what they were.
+            node_agent: None,
             ..DevOptions::default()
         };
         let env = DevEnvironment::start(&dev, |_| {}).await?;

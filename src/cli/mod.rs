@@ -201,6 +201,12 @@ struct DevArgs {
     /// and MachineClass, as `mcm run --webhook-port` does in a cluster).
     #[arg(long)]
     no_webhooks: bool,
+    /// How long the simulated node agent takes to apply an in-place update before reporting its result.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    in_place_update_duration: crate::api::Duration,
+    /// Share of in-place updates the simulated node agent reports failed (0 to 1).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = share)]
+    in_place_update_failure_rate: f64,
     #[command(flatten)]
     controllers: MachineControllerFlags,
     #[command(flatten)]
@@ -452,6 +458,11 @@ fn execute(cli: Cli) -> Result<(), CliError> {
                 webhooks: !args.no_webhooks,
                 capi_nodes: crate::controllers::CapiNodes::Target,
                 kubelet: crate::providers::inmemory::KubeletConfig::default(),
+                node_agent: Some(crate::providers::inmemory::NodeAgentConfig {
+                    update_duration: args.in_place_update_duration.0,
+                    failure_rate: args.in_place_update_failure_rate,
+                    ..Default::default()
+                }),
             };
             let runtime =
                 tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(CliError::Runtime)?;
@@ -491,6 +502,15 @@ fn execute(cli: Cli) -> Result<(), CliError> {
 
 /// Logs as text to standard error for the commands without `--log-level`: `RUST_LOG` chooses what (default:
 /// warnings), through the one initialiser `mcm run` uses.
+/// A share: a number from 0 to 1 (clap's value parser for rates).
+fn share(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
+        Ok(n) => Err(format!("{n} is not between 0 and 1")),
+        Err(e) => Err(format!("{value:?} is not a number: {e}")),
+    }
+}
+
 fn init_logging() -> Result<(), CliError> {
     crate::telemetry::logging::init(crate::telemetry::logging::LogFormat::Text, "warn")?;
     Ok(())
@@ -553,4 +573,32 @@ fn crds(args: CrdsArgs) -> Result<(), CliError> {
 
 fn write_out(out: &mut impl Write, text: &str) -> Result<(), CliError> {
     out.write_all(text.as_bytes()).map_err(|source| CliError::Write { what: "standard output".into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn dev(args: &[&str]) -> Result<Box<DevArgs>, clap::Error> {
+        let cli = Cli::try_parse_from(["mcm", "dev"].iter().chain(args))?;
+        match cli.command {
+            Command::Dev(args) => Ok(args),
+            other => panic!("not dev: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn dev_in_place_update_flags() {
+        let defaults = dev(&[]).unwrap();
+        assert_eq!(defaults.in_place_update_duration.0, std::time::Duration::from_secs(2));
+        assert_eq!(defaults.in_place_update_failure_rate, 0.0);
+        let set = dev(&["--in-place-update-duration=500ms", "--in-place-update-failure-rate=0.3"]).unwrap();
+        assert_eq!(set.in_place_update_duration.0, std::time::Duration::from_millis(500));
+        assert_eq!(set.in_place_update_failure_rate, 0.3);
+        for bad in ["1.5", "-0.1", "often"] {
+            assert!(dev(&[&format!("--in-place-update-failure-rate={bad}")]).is_err(), "{bad}");
+        }
+    }
 }

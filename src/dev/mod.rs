@@ -20,7 +20,7 @@ use crate::controllers::{
     CapiNodes, Clusters, ControllerOptions, Controllers, InfraControllers, InfraOptions, ProbeClients,
 };
 use crate::providers::DriverRegistry;
-use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig};
+use crate::providers::inmemory::{InMemoryCloud, InMemoryDriver, Kubelet, KubeletConfig, NodeAgent, NodeAgentConfig};
 
 /// What `mcm dev` runs.
 #[derive(Clone, Debug)]
@@ -57,6 +57,9 @@ pub struct DevOptions {
     pub capi_nodes: CapiNodes,
     /// How the in-memory cloud's kubelet behaves (heartbeats, retries, whether it removes the Nodes of deleted VMs).
     pub kubelet: KubeletConfig,
+    /// The simulated Gardener node agent answering in-place updates (`None`: not run, so in-place rollouts wait
+    /// for someone else to answer). On by default.
+    pub node_agent: Option<NodeAgentConfig>,
 }
 
 impl Default for DevOptions {
@@ -75,6 +78,7 @@ impl Default for DevOptions {
             webhooks: false,
             capi_nodes: CapiNodes::Target,
             kubelet: KubeletConfig::default(),
+            node_agent: Some(NodeAgentConfig::default()),
         }
     }
 }
@@ -261,6 +265,8 @@ pub struct DevEnvironment {
     pub drivers: DriverRegistry,
     /// The kubelet simulator registering Nodes for booted VMs (absent with `--apiserver-only`).
     pub kubelet: Option<Kubelet>,
+    /// The simulated node agent answering in-place updates (absent with `--apiserver-only` or when not asked for).
+    pub node_agent: Option<NodeAgent>,
     /// The controllers (absent with `--apiserver-only`, or while stopped).
     pub controllers: Option<Controllers>,
     /// How the controllers run (kept to restart them).
@@ -335,6 +341,7 @@ impl DevEnvironment {
             cloud: cloud.clone(),
             drivers,
             kubelet: None,
+            node_agent: None,
             controllers: None,
             controller_options: options.controllers.clone(),
             capi_nodes: options.capi_nodes,
@@ -359,8 +366,16 @@ impl DevEnvironment {
                 server.addr()
             ));
         }
-        environment.kubelet = Some(Kubelet::spawn(cloud, client.clone(), options.kubelet.clone()));
+        environment.kubelet = Some(Kubelet::spawn(cloud.clone(), client.clone(), options.kubelet.clone()));
         progress("started the in-memory cloud and its kubelet (booted VMs register Nodes)");
+        if let Some(config) = &options.node_agent {
+            environment.node_agent = Some(NodeAgent::spawn(cloud, client.clone(), config.clone()));
+            progress(&format!(
+                "started the node agent (in-place updates take {:?}, {:.0}% fail)",
+                config.update_duration,
+                config.failure_rate * 100.0
+            ));
+        }
         let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
         let (cloud_addr, cloud_server) = crate::providers::inmemory::remote::serve(environment.cloud.clone(), loopback)
             .await
@@ -444,6 +459,9 @@ impl DevEnvironment {
     /// Stops the controllers, the kubelet and the API server (saving state when a data directory is set).
     pub async fn shutdown(mut self) {
         self.stop_controllers().await;
+        if let Some(agent) = self.node_agent {
+            agent.stop().await;
+        }
         if let Some(kubelet) = self.kubelet {
             kubelet.stop().await;
         }

@@ -25,6 +25,7 @@ mod infra;
 mod kube;
 mod machines;
 mod migrate;
+mod node_agent;
 mod packaging;
 mod providers;
 mod run;

@@ -54,6 +54,9 @@ pub struct Vm {
     pub node_template: Option<NodeTemplateSpec>,
     /// What its kubelet reports as `status.nodeInfo.kubeletVersion`.
     pub kubelet_version: String,
+    /// How many in-place updates it took ([`InMemoryCloud::update_in_place`]); the kubelet re-posts its Node's
+    /// labels and status when this moves past what it posted.
+    pub revision: u64,
     /// When it was created.
     pub created_at: Instant,
     /// When it finishes (or finished) booting.
@@ -122,6 +125,53 @@ pub fn internal_ip(id: &str) -> String {
     format!("10.{a}.{b}.{}", c.clamp(1, 254))
 }
 
+/// What an in-place update changes on a VM (`None`: keep). The VM keeps its ID, providerID, addresses and
+/// tags, as an OS or kubelet update on a real instance does.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VmUpdate {
+    /// New machine type (the Node's `node.kubernetes.io/instance-type`).
+    pub machine_type: Option<String>,
+    /// New cpu capacity.
+    pub cpu: Option<String>,
+    /// New memory capacity.
+    pub memory: Option<String>,
+    /// New `status.nodeInfo.kubeletVersion`.
+    pub kubelet_version: Option<String>,
+    /// New node template (what a re-registered Node would carry; MCM syncs it onto the live Node itself).
+    pub node_template: Option<NodeTemplateSpec>,
+}
+
+impl VmUpdate {
+    /// The update to the machine type, capacity and kubelet version of `spec`, and `node_template`.
+    pub fn from_spec(spec: &ProviderSpec, node_template: Option<NodeTemplateSpec>) -> Self {
+        VmUpdate {
+            machine_type: Some(spec.machine_type.clone()),
+            cpu: Some(spec.cpu.clone()),
+            memory: Some(spec.memory.clone()),
+            kubelet_version: Some(spec.kubelet_version.clone()),
+            node_template,
+        }
+    }
+
+    /// Applies it to `vm`; true if anything changed.
+    fn apply(&self, vm: &mut Vm) -> bool {
+        let before = vm.clone();
+        let set = |field: &mut String, value: &Option<String>| {
+            if let Some(value) = value {
+                field.clone_from(value);
+            }
+        };
+        set(&mut vm.machine_type, &self.machine_type);
+        set(&mut vm.cpu, &self.cpu);
+        set(&mut vm.memory, &self.memory);
+        set(&mut vm.kubelet_version, &self.kubelet_version);
+        if self.node_template.is_some() {
+            vm.node_template.clone_from(&self.node_template);
+        }
+        *vm != before
+    }
+}
+
 /// How often each driver method was called, and what the cloud did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CloudStats {
@@ -145,6 +195,8 @@ pub struct CloudStats {
     pub vms_deleted: u64,
     /// VMs killed by [`InMemoryCloud::kill`].
     pub kills: u64,
+    /// VMs changed by [`InMemoryCloud::update_in_place`].
+    pub in_place_updates: u64,
 }
 
 /// A driver method, for counting.
@@ -261,6 +313,33 @@ impl InMemoryCloud {
         killed
     }
 
+    /// Updates a VM in place (what Gardener's node agent does to an OS image and kubelet): same VM, new
+    /// template. When anything changed its revision goes up, so the kubelet re-posts the Node (an update to what
+    /// the VM already is changes nothing). False if no such VM exists or it is dead.
+    pub fn update_in_place(&self, provider_id: &str, update: &VmUpdate) -> bool {
+        let now = Instant::now();
+        let (found, changed) = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let vm = state.vms.values_mut().find(|vm| vm.provider_id == provider_id && vm.exists());
+            match vm {
+                Some(vm) if vm.state(now) != VmState::Dead => {
+                    let changed = update.apply(vm);
+                    if changed {
+                        vm.revision += 1;
+                        state.stats.in_place_updates += 1;
+                    }
+                    (true, changed)
+                }
+                _ => (false, false),
+            }
+        };
+        if changed {
+            self.changed();
+        }
+        found
+    }
+
     /// Adds a VM made outside any driver of ours (another tool's, or by hand), tagged with `tags` (none: an
     /// untagged VM), in zone `local-a`. It never boots, so no Node registers for it. Returns it.
     pub fn plant(&self, name: &str, tags: BTreeMap<String, String>) -> Vm {
@@ -286,6 +365,7 @@ impl InMemoryCloud {
                 tags,
                 node_template: None,
                 kubelet_version: String::new(),
+                revision: 0,
                 created_at: now,
                 // A century: never within a run.
                 boot_at: now + Duration::from_secs(100 * 365 * 24 * 3600),
@@ -308,7 +388,8 @@ impl InMemoryCloud {
         before - state.vms.len()
     }
 
-    /// A receiver that sees a new value whenever a VM is created, initialized, killed or deleted.
+    /// A receiver that sees a new value whenever a VM is created, initialized, updated in place, killed or
+    /// deleted.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.changes.subscribe()
     }
@@ -365,6 +446,7 @@ impl InMemoryCloud {
                 tags: spec.tags.clone(),
                 node_template: machine.node_template.clone(),
                 kubelet_version: spec.kubelet_version.clone(),
+                revision: 0,
                 created_at: now,
                 boot_at,
                 initialized_at: (!spec.require_initialize).then_some(now),
@@ -539,6 +621,36 @@ mod tests {
         assert!(cloud.vms().is_empty());
         let stats = cloud.stats();
         assert_eq!((stats.vms_created, stats.vms_deleted, stats.kills), (1, 1, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn update_in_place_keeps_the_vm_and_takes_the_new_template() {
+        let cloud = InMemoryCloud::with_seed(4);
+        let vm = cloud.create(&machine("m1"), &spec(json!({"bootSeconds": 0}))).unwrap();
+        let mut changes = cloud.subscribe();
+        changes.borrow_and_update();
+        let newer = spec(json!({"machineType": "m.large", "memory": "8Gi", "kubeletVersion": "v1.38.0"}));
+        assert!(cloud.update_in_place(&vm.provider_id, &VmUpdate::from_spec(&newer, None)));
+        assert!(changes.has_changed().unwrap());
+        let after = cloud.vm(&vm.provider_id).unwrap();
+        assert_eq!((after.id.as_str(), after.provider_id.as_str()), (vm.id.as_str(), vm.provider_id.as_str()));
+        assert_eq!((after.machine_type.as_str(), after.memory.as_str()), ("m.large", "8Gi"));
+        assert_eq!((after.kubelet_version.as_str(), after.revision), ("v1.38.0", 1));
+        // Only what the update names changes.
+        assert!(cloud.update_in_place(&vm.provider_id, &VmUpdate { cpu: Some("8".into()), ..Default::default() }));
+        let after = cloud.vm(&vm.provider_id).unwrap();
+        assert_eq!((after.cpu.as_str(), after.machine_type.as_str(), after.revision), ("8", "m.large", 2));
+        changes.borrow_and_update();
+        assert!(cloud.update_in_place(&vm.provider_id, &VmUpdate::from_spec(&newer, None)));
+        assert_eq!(cloud.vm(&vm.provider_id).unwrap().revision, 3, "cpu went back to the spec's");
+        changes.borrow_and_update();
+        assert!(cloud.update_in_place(&vm.provider_id, &VmUpdate::from_spec(&newer, None)), "the VM exists");
+        assert_eq!(cloud.vm(&vm.provider_id).unwrap().revision, 3, "nothing changed");
+        assert!(!changes.has_changed().unwrap(), "and nobody was told");
+        assert!(!cloud.update_in_place("inmemory:///local-a/i-nothing", &VmUpdate::default()));
+        cloud.kill(&vm.provider_id);
+        assert!(!cloud.update_in_place(&vm.provider_id, &VmUpdate::default()), "a dead VM is not updated");
+        assert_eq!(cloud.stats().in_place_updates, 3);
     }
 
     #[tokio::test(start_paused = true)]

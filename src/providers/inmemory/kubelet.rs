@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::cloud::{InMemoryCloud, Vm};
-use super::node::{Health, conditions, node_object, ready_status};
+use super::node::{Health, conditions, node_object, ready_status, refreshed};
 use super::plan::{Action, Phase, Record, adopt, plan};
 
 /// How the kubelet behaves.
@@ -61,6 +61,8 @@ pub struct KubeletStats {
     pub heartbeats: u64,
     /// Unknown statuses posted.
     pub unknown_posts: u64,
+    /// Nodes re-posted after their VM was updated in place (label and status writes).
+    pub refreshes: u64,
     /// API errors (each followed by a retry).
     pub errors: u64,
 }
@@ -71,6 +73,7 @@ struct Counters {
     ready_posts: AtomicU64,
     heartbeats: AtomicU64,
     unknown_posts: AtomicU64,
+    refreshes: AtomicU64,
     errors: AtomicU64,
 }
 
@@ -85,6 +88,7 @@ impl Counters {
             ready_posts: self.ready_posts.load(Ordering::Relaxed),
             heartbeats: self.heartbeats.load(Ordering::Relaxed),
             unknown_posts: self.unknown_posts.load(Ordering::Relaxed),
+            refreshes: self.refreshes.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
         }
     }
@@ -295,6 +299,7 @@ impl Worker {
         match (action, vm, record) {
             (Action::Register, Some(vm), _) => self.register(vm).await.map(Some),
             (Action::MarkReady, Some(vm), Some(record)) => self.post_ready(vm, &record.node_name).await,
+            (Action::Refresh, Some(vm), Some(record)) => self.refresh(vm, record).await,
             (Action::Heartbeat, _, Some(record)) => self.heartbeat(record).await,
             (Action::MarkUnknown, _, Some(record)) => self.mark_unknown(record).await,
             (Action::RemoveNode, _, Some(record)) => self.remove(record).await,
@@ -340,7 +345,30 @@ impl Worker {
         let status = ready_status(vm, &now, &now);
         let gone = self.patch_status(name, json!({ "status": status })).await?;
         Counters::bump(&self.counters.ready_posts);
-        Ok(self.next_record(name, Phase::Ready, now.clone(), now, gone))
+        Ok(self.next_record(name, Phase::Ready, now.clone(), now, gone, vm.revision))
+    }
+
+    /// Re-posts what an in-place update changed: the instance-type label, then capacity and node info.
+    async fn refresh(&self, vm: &Vm, record: &Record) -> Outcome {
+        let name = &record.node_name;
+        let (labels, status) = refreshed(vm);
+        let gone = match self.nodes.patch(name, &PatchParams::default(), &Patch::Merge(labels)).await {
+            Ok(_) => false,
+            Err(kube::Error::Api(status)) if status.is_not_found() => true,
+            Err(source) => return Err(KubeletError::Api { node: name.clone(), source }),
+        };
+        let gone = gone || self.patch_status(name, status).await?;
+        Counters::bump(&self.counters.refreshes);
+        let next = self.next_record(
+            name,
+            Phase::Ready,
+            record.since.clone(),
+            record.last_heartbeat.clone(),
+            gone,
+            vm.revision,
+        );
+        // The heartbeat schedule stays as it was: a refresh is no heartbeat.
+        Ok(next.map(|r| Record { next_heartbeat: record.next_heartbeat, ..r }))
     }
 
     async fn heartbeat(&self, record: &Record) -> Outcome {
@@ -348,7 +376,7 @@ impl Worker {
         let conditions = conditions(Health::Ready, &record.since, &now);
         let gone = self.patch_status(&record.node_name, json!({ "status": { "conditions": conditions } })).await?;
         Counters::bump(&self.counters.heartbeats);
-        Ok(self.next_record(&record.node_name, Phase::Ready, record.since.clone(), now, gone))
+        Ok(self.next_record(&record.node_name, Phase::Ready, record.since.clone(), now, gone, record.revision))
     }
 
     /// What the node-lifecycle controller does once a kubelet goes silent: every condition Unknown, the last
@@ -358,10 +386,25 @@ impl Worker {
         let conditions = conditions(Health::Unknown, &now, &record.last_heartbeat);
         let gone = self.patch_status(&record.node_name, json!({ "status": { "conditions": conditions } })).await?;
         Counters::bump(&self.counters.unknown_posts);
-        Ok(self.next_record(&record.node_name, Phase::Unknown, now, record.last_heartbeat.clone(), gone))
+        Ok(self.next_record(
+            &record.node_name,
+            Phase::Unknown,
+            now,
+            record.last_heartbeat.clone(),
+            gone,
+            record.revision,
+        ))
     }
 
-    fn next_record(&self, name: &str, phase: Phase, since: Time, last_heartbeat: Time, gone: bool) -> Option<Record> {
+    fn next_record(
+        &self,
+        name: &str,
+        phase: Phase,
+        since: Time,
+        last_heartbeat: Time,
+        gone: bool,
+        revision: u64,
+    ) -> Option<Record> {
         let phase = if gone { Phase::Gone } else { phase };
         // Far enough to never come due when heartbeats are off; the plan ignores it then anyway.
         let interval = self.config.heartbeat.unwrap_or(Duration::from_secs(86_400));
@@ -371,6 +414,7 @@ impl Worker {
             since,
             last_heartbeat,
             next_heartbeat: Instant::now() + interval,
+            revision,
         })
     }
 
@@ -505,6 +549,29 @@ mod tests {
         let stats = kubelet.stats();
         assert_eq!((stats.nodes_created, stats.ready_posts, stats.unknown_posts, stats.errors), (1, 1, 1, 0));
         kubelet.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_update_in_place_is_reposted() {
+        let (_server, nodes, driver, kubelet) = setup(KubeletConfig::default()).await;
+        let created = driver.create_machine(&request("m1", json!({"bootSeconds": 0.0}))).await.unwrap();
+        wait_ready(&nodes, "m1", "True").await;
+        let update = crate::providers::inmemory::VmUpdate {
+            machine_type: Some("m.xlarge".into()),
+            kubelet_version: Some("v1.38.0".into()),
+            ..Default::default()
+        };
+        assert!(driver.cloud().update_in_place(&created.provider_id, &update));
+        let node = eventually("the new kubelet version", || async {
+            let node = nodes.get("m1").await.ok()?;
+            let version = node.status.as_ref()?.node_info.as_ref()?.kubelet_version.clone();
+            (version == "v1.38.0").then_some(node)
+        })
+        .await;
+        assert_eq!(node.metadata.labels.as_ref().unwrap()["node.kubernetes.io/instance-type"], "m.xlarge");
+        assert_eq!(ready_condition(&node).map(|c| c.status.as_str()), Some("True"), "conditions untouched");
+        let stats = kubelet.stop().await;
+        assert_eq!((stats.nodes_created, stats.refreshes, stats.errors), (1, 1, 0));
     }
 
     #[tokio::test]

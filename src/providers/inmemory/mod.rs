@@ -6,23 +6,28 @@
 //!   test can restart either while VMs keep existing. Time is `tokio::time`, so `tokio::time::pause()` works.
 //! - [`InMemoryDriver`]: provider `InMemory`; its providerSpec ([`ProviderSpec`]) sets machine type, capacity,
 //!   boot time and jitter, injected failures, quota, death after boot and tags.
-//! - [`Kubelet`]: registers a Ready Node per booted VM, keeps its heartbeat and sets it Unknown when the VM dies.
+//! - [`Kubelet`]: registers a Ready Node per booted VM, keeps its heartbeat, sets it Unknown when the VM dies and
+//!   re-posts it when the VM was updated in place.
+//! - [`NodeAgent`]: plays Gardener's node agent for in-place updates (and the resource manager's removal of the
+//!   critical-components taint).
 //!
-//! Nothing here imports controllers; the kubelet only needs a `kube::Client`.
+//! Nothing here imports controllers; the kubelet and the node agent only need a `kube::Client`.
 
 mod cloud;
 mod driver;
 mod kubelet;
 pub mod node;
+pub mod node_agent;
 pub mod plan;
 pub mod remote;
 pub(crate) mod spec;
 
 use serde_json::json;
 
-pub use cloud::{CloudStats, InMemoryCloud, Vm, VmState, internal_ip};
+pub use cloud::{CloudStats, InMemoryCloud, Vm, VmState, VmUpdate, internal_ip};
 pub use driver::{CSI_DRIVER, InMemoryDriver, PROVIDER};
 pub use kubelet::{Kubelet, KubeletConfig, KubeletError, KubeletStats};
+pub use node_agent::{NodeAgent, NodeAgentConfig, NodeAgentError, NodeAgentStats};
 pub use spec::{FIELDS, ProviderSpec, boot_delay, create_verdict};
 
 use crate::providers::conformance::Fixture;

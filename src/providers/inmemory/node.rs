@@ -116,6 +116,22 @@ pub fn ready_status(vm: &Vm, since: &Time, heartbeat: &Time) -> NodeStatus {
     }
 }
 
+/// What the kubelet re-posts once its VM was updated in place: a merge patch of the spec-dependent label
+/// (instance type), and a strategic merge patch of the status with the new capacity and node info (conditions
+/// and addresses untouched).
+pub fn refreshed(vm: &Vm) -> (serde_json::Value, serde_json::Value) {
+    let labels = serde_json::json!({
+        "metadata": { "labels": { "node.kubernetes.io/instance-type": vm.machine_type } }
+    });
+    // Conditions need times, which this patch leaves alone; any will do before they are dropped.
+    let epoch = Time(jiff::Timestamp::UNIX_EPOCH);
+    let full = ready_status(vm, &epoch, &epoch);
+    let status = serde_json::json!({
+        "status": { "capacity": full.capacity, "allocatable": full.allocatable, "nodeInfo": full.node_info }
+    });
+    (labels, status)
+}
+
 /// A UUID-shaped string from hex digits (system UUID and boot ID only need to look like one and be stable).
 fn uuid_like(hex: &str) -> String {
     let digits: String = format!("{hex:0>32}").chars().rev().take(32).collect();
@@ -149,6 +165,7 @@ mod tests {
             memory: "16Gi".into(),
             tags: BTreeMap::new(),
             kubelet_version: "v1.34.1".into(),
+            revision: 0,
             node_template: Some(NodeTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some([("pool".into(), "a".into()), ("kubernetes.io/os".into(), "windows".into())].into()),
@@ -239,6 +256,20 @@ mod tests {
             assert_eq!(c.message.as_deref(), Some(UNKNOWN_MESSAGE));
             assert_eq!((c.last_transition_time, c.last_heartbeat_time), (Some(since.clone()), Some(beat.clone())));
         }
+    }
+
+    #[test]
+    fn refreshed_names_the_new_type_capacity_and_version() {
+        let updated =
+            Vm { machine_type: "m.xlarge".into(), memory: "32Gi".into(), kubelet_version: "v1.38.0".into(), ..vm() };
+        let (labels, status) = refreshed(&updated);
+        assert_eq!(labels["metadata"]["labels"]["node.kubernetes.io/instance-type"], "m.xlarge");
+        assert_eq!(labels["metadata"].as_object().unwrap().len(), 1, "labels only");
+        let status = &status["status"];
+        assert_eq!(status["capacity"]["memory"], "32Gi");
+        assert_eq!(status["allocatable"]["memory"], "32Gi");
+        assert_eq!(status["nodeInfo"]["kubeletVersion"], "v1.38.0");
+        assert!(status.get("conditions").is_none() && status.get("addresses").is_none());
     }
 
     #[test]

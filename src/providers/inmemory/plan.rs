@@ -35,6 +35,9 @@ pub struct Record {
     pub last_heartbeat: Time,
     /// When the next heartbeat is due.
     pub next_heartbeat: Instant,
+    /// The VM revision whose labels and status were last posted (0 after an adoption: an updated VM is
+    /// re-posted once, which is harmless).
+    pub revision: u64,
 }
 
 /// A write to a Node.
@@ -46,6 +49,8 @@ pub enum Action {
     Heartbeat,
     /// Post Ready again on a Node found Unknown while its VM runs (after an adoption).
     MarkReady,
+    /// Re-post the instance-type label, capacity and node info: the VM was updated in place.
+    Refresh,
     /// Set the conditions Unknown: the VM died or was deleted.
     MarkUnknown,
     /// Delete the Node of a VM deleted a while ago, as a cloud-controller-manager's node lifecycle controller
@@ -94,10 +99,11 @@ pub fn plan<'a>(
         if let Some((id, _)) = record {
             seen.insert(id.as_str());
         }
-        let action = match record.map(|(_, r)| (r.phase, r.next_heartbeat)) {
+        let action = match record.map(|(_, r)| (r.phase, r.next_heartbeat, r.revision)) {
             None if up => Some(Action::Register),
-            Some((Phase::Ready, _)) if down => Some(Action::MarkUnknown),
-            Some((Phase::Ready, next)) if up && heartbeat.is_some() => {
+            Some((Phase::Ready, _, _)) if down => Some(Action::MarkUnknown),
+            Some((Phase::Ready, _, revision)) if up && revision != vm.revision => Some(Action::Refresh),
+            Some((Phase::Ready, next, _)) if up && heartbeat.is_some() => {
                 if next <= now {
                     Some(Action::Heartbeat)
                 } else {
@@ -105,8 +111,8 @@ pub fn plan<'a>(
                     None
                 }
             }
-            Some((Phase::Unknown, _)) if up => Some(Action::MarkReady),
-            Some((Phase::Unknown, _)) => match (remove_after, vm.deleted_at) {
+            Some((Phase::Unknown, _, _)) if up => Some(Action::MarkReady),
+            Some((Phase::Unknown, _, _)) => match (remove_after, vm.deleted_at) {
                 (Some(after), Some(deleted)) if deleted + after <= now => Some(Action::RemoveNode),
                 (Some(after), Some(deleted)) => {
                     wake(deleted + after);
@@ -149,7 +155,8 @@ pub fn adopt(
     let age = wall_now.0.duration_since(last_heartbeat.0);
     let age = Duration::try_from(age).unwrap_or_default();
     let next_heartbeat = now + heartbeat.map_or(Duration::ZERO, |h| h.saturating_sub(age));
-    let record = Record { node_name: node.metadata.name.clone()?, phase, since, last_heartbeat, next_heartbeat };
+    let record =
+        Record { node_name: node.metadata.name.clone()?, phase, since, last_heartbeat, next_heartbeat, revision: 0 };
     Some((provider_id, record))
 }
 
@@ -180,6 +187,7 @@ mod tests {
             tags: BTreeMap::new(),
             node_template: None,
             kubelet_version: "v1.37.0".into(),
+            revision: 0,
             created_at: t0,
             boot_at: t0 + S * boot as u32,
             initialized_at: Some(t0),
@@ -193,7 +201,7 @@ mod tests {
     }
 
     fn record(phase: Phase, next_heartbeat: Instant) -> Record {
-        Record { node_name: "n".into(), phase, since: time(), last_heartbeat: time(), next_heartbeat }
+        Record { node_name: "n".into(), phase, since: time(), last_heartbeat: time(), next_heartbeat, revision: 0 }
     }
 
     #[tokio::test(start_paused = true)]
@@ -206,6 +214,8 @@ mod tests {
         let dying = Vm { dies_at: Some(at(50)), ..running.clone() };
         let deleted = Vm { deleted_at: Some(at(5)), ..running.clone() };
         let uninit = Vm { initialized_at: None, ..running.clone() };
+        let updated = Vm { revision: 1, ..running.clone() };
+        let updated_dead = Vm { revision: 1, ..dead.clone() };
         let late_init = Vm { initialized_at: Some(at(20)), ..running.clone() };
         let id = running.provider_id.clone();
         // name, VM, record, now, heartbeat interval, expected action, expected wake-up
@@ -262,6 +272,33 @@ mod tests {
                 at(1),
                 BEAT,
                 Some(Action::MarkReady),
+                None,
+            ),
+            (
+                "updated in place: refresh before the heartbeat",
+                updated.clone(),
+                Some(record(Phase::Ready, at(30))),
+                at(10),
+                BEAT,
+                Some(Action::Refresh),
+                None,
+            ),
+            (
+                "updated, no heartbeats: refresh",
+                updated.clone(),
+                Some(record(Phase::Ready, at(30))),
+                at(10),
+                None,
+                Some(Action::Refresh),
+                None,
+            ),
+            (
+                "updated then died: unknown",
+                updated_dead.clone(),
+                Some(record(Phase::Ready, at(30))),
+                at(6),
+                BEAT,
+                Some(Action::MarkUnknown),
                 None,
             ),
             ("gone: never again", running.clone(), Some(record(Phase::Gone, at(0))), at(99), BEAT, None, None),

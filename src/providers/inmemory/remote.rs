@@ -43,6 +43,7 @@ pub fn stats_json(stats: &CloudStats) -> Value {
         "vmsCreated": stats.vms_created,
         "vmsDeleted": stats.vms_deleted,
         "kills": stats.kills,
+        "inPlaceUpdates": stats.in_place_updates,
     })
 }
 
