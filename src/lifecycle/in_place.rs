@@ -232,8 +232,10 @@ mod tests {
     #[test]
     fn condition_from_labels_table() {
         use in_place_reason::*;
+        type Case<'a> =
+            (&'a str, &'a [(&'a str, &'a str)], Option<&'a str>, Option<&'a str>, Option<(&'a str, &'a str)>);
         // (case, labels, present reason, failure annotation, expected (reason, message))
-        let cases: [(&str, &[(&str, &str)], Option<&str>, Option<&str>, Option<(&str, &str)>); 9] = [
+        let cases: [Case<'_>; 9] = [
             ("not a candidate", &[], None, None, None),
             ("a new candidate", &[CAND], None, None, Some((CANDIDATE, message::CANDIDATE))),
             ("a candidate again: unchanged", &[CAND], Some(CANDIDATE), None, None),

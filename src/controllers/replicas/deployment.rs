@@ -266,7 +266,10 @@ async fn execute<F: Flavour>(
     if !plan.transfers.is_empty() {
         let machines: Api<F::Machine> = Api::namespaced(f.control().clone(), &namespace);
         for t in &plan.transfers {
-            let set = |name: &str| sets.iter().find(|s| s.meta().name.as_deref() == Some(name));
+            let set = |name: &str| {
+                let i = sets.iter().position(|s| s.meta().name.as_deref() == Some(name))?;
+                Some((&sets[i], &hub_sets[i]))
+            };
             let (Some(from), Some(to)) = (set(&t.from), set(&t.to)) else { continue };
             let Some(machine) = owned.iter().find(|m| m.meta().name.as_deref() == Some(t.machine.as_str())) else {
                 continue;
@@ -427,15 +430,25 @@ fn node_patch(node: &Node, name: &String, effects: &NodeEffects) -> serde_json::
     patch
 }
 
-/// Moves a machine updated in place to another set of its deployment: the old set's selector labels give way to
-/// the new set's, `update-result=successful` keeps the new set from taking it for surplus until it counts it, and
-/// the new set becomes its controller. Guarded: the owner list is written whole.
-fn transfer_patch<F: Flavour>(machine: &F::Machine, from: &F::Set, to: &F::Set) -> serde_json::Value {
-    let to_labels = F::set_selector(to).match_labels.clone().unwrap_or_default();
+/// Moves a machine updated in place to another set of its deployment: the old set's selector and template labels
+/// give way to the new set's (MCM moves only the selector's; the machine now is of the new template, so
+/// `kubectl get -l` on a template label finds it), `update-result=successful` keeps the new set from taking it for
+/// surplus until it counts it, and the new set becomes its controller. Guarded: the owner list is written whole.
+fn transfer_patch<F: Flavour>(
+    machine: &F::Machine,
+    (from, hub_from): (&F::Set, &mcm::MachineSet),
+    (to, hub_to): (&F::Set, &mcm::MachineSet),
+) -> serde_json::Value {
+    let template_labels = |s: &mcm::MachineSet| {
+        s.spec.template.as_ref().and_then(|t| t.metadata.as_ref()).and_then(|m| m.labels.clone()).unwrap_or_default()
+    };
+    let mut to_labels = template_labels(hub_to);
+    to_labels.extend(F::set_selector(to).match_labels.clone().unwrap_or_default());
     let mut labels = serde_json::Map::new();
-    for key in F::set_selector(from).match_labels.iter().flatten().map(|(k, _)| k) {
-        if !to_labels.contains_key(key) {
-            labels.insert(key.clone(), serde_json::Value::Null);
+    let old_keys = F::set_selector(from).match_labels.clone().unwrap_or_default().into_keys();
+    for key in old_keys.chain(template_labels(hub_from).into_keys()) {
+        if !to_labels.contains_key(&key) {
+            labels.insert(key, serde_json::Value::Null);
         }
     }
     for (k, v) in to_labels {
