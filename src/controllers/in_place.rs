@@ -10,21 +10,34 @@ use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::context::{Context, key_of};
+use super::context::key_of;
 use super::error::{Error, is_not_found};
-use super::vm::machine::MachineVm;
 use super::writes;
 use crate::api::mcm::Machine;
 use crate::drain;
 use crate::lifecycle::in_place;
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::{EventSpec, StatusPatch};
-use crate::lifecycle::{Effective, RetryClass};
+use crate::lifecycle::{Effective, MachineConfig, RetryClass};
+use crate::providers::contract::Driver;
 
-/// Where the machine's status goes: the MCM flavour writes the Machine, the CAPI flavour its hub view's owner.
-pub(crate) trait StatusSink {
+/// What the in-place pass writes to besides the Node: the MCM flavour's Machine, or the CAPI flavour's MCMMachine
+/// (which records MCM's phase) and Machine (its events).
+pub(crate) trait InPlaceSink {
     /// Writes `patch` to the machine's status.
     fn write(&self, patch: StatusPatch) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Records an event on the machine.
+    fn event(&self, event: EventSpec) -> impl Future<Output = ()> + Send;
+}
+
+/// How the Node is reached: its cluster's client, the client drains use, and the machine's driver (volumes).
+pub(crate) struct NodeAccess<'a> {
+    /// The Node's cluster.
+    pub client: &'a kube::Client,
+    /// The client drains use (its own rate limits).
+    pub drain: &'a kube::Client,
+    /// The machine's driver, to find its volumes during the drain.
+    pub driver: Option<&'a dyn Driver>,
 }
 
 /// The in-place pass for `machine` (its hub view) and its Node: `Ok(None)` to go on, `Ok(Some(next))` to stop
@@ -32,13 +45,13 @@ pub(crate) trait StatusSink {
 pub(crate) async fn step(
     machine: &Machine,
     node: &Node,
-    ctx: &Context,
-    effective: &Effective,
+    access: NodeAccess<'_>,
+    (config, effective): (&MachineConfig, &Effective),
     now: Timestamp,
-    sink: &impl StatusSink,
+    sink: &impl InPlaceSink,
 ) -> Result<Option<Next>, Error> {
-    let Some(target) = &ctx.target else { return Ok(None) };
-    let plan = in_place::decide(machine, node, effective, &ctx.config, now);
+    let target = access.client;
+    let plan = in_place::decide(machine, node, effective, config, now);
     if plan.is_empty() {
         return Ok(None);
     }
@@ -50,21 +63,19 @@ pub(crate) async fn step(
         // The condition's change wakes the machine for the next stage.
         return Ok(Some(Next::Wake(None)));
     };
-    let driver = MachineVm::new(ctx, machine, None).cloud_of(machine).ok().map(|c| c.driver);
-    let client = ctx.drain.as_ref().unwrap_or(target);
     let result = async {
-        drain::cordon(client, &name).await?;
-        drain::drain(client, driver.as_deref(), &options).await.map(|_| ())
+        drain::cordon(target, &name).await?;
+        drain::drain(access.drain, access.driver, &options).await.map(|_| ())
     }
     .await;
     match result {
         Ok(()) => {
             let (patch, condition) = in_place::drained(machine, now);
             sink.write(patch).await?;
-            ctx.publish(
-                machine,
-                EventSpec::normal("InPlaceUpdateDrained", format!("Drained node {name} for its in-place update")),
-            )
+            sink.event(EventSpec::normal(
+                "InPlaceUpdateDrained",
+                format!("Drained node {name} for its in-place update"),
+            ))
             .await;
             write_condition(target, &name, condition).await?;
             Ok(Some(Next::Wake(None)))
@@ -72,13 +83,10 @@ pub(crate) async fn step(
         Err(e) => {
             let error = e.to_string();
             tracing::info!(machine = %key_of(machine), node = %name, %error, "draining for the in-place update failed");
-            ctx.publish(
-                machine,
-                EventSpec::warning(
-                    "FailedDrain",
-                    format!("Draining node {name} for its in-place update failed: {error}"),
-                ),
-            )
+            sink.event(EventSpec::warning(
+                "FailedDrain",
+                format!("Draining node {name} for its in-place update failed: {error}"),
+            ))
             .await;
             sink.write(in_place::drain_failed(&error, now)).await?;
             Ok(Some(Next::Retry { class: RetryClass::Transient, deadline: None }))

@@ -105,9 +105,18 @@ async fn run(machine: &Machine, ctx: &Context, now: Timestamp, gate: &str) -> Re
         if let Some(node) = &node {
             let virtual_capacity = class.spec.node_template.as_ref().and_then(|t| t.virtual_capacity.as_ref());
             sync_node(machine, node, virtual_capacity, ctx).await?;
-            let sink = MachineStatus { ctx, api: &api, machine };
-            if let Some(next) = super::in_place::step(machine, node, ctx, &effective, now, &sink).await? {
-                return Ok(next);
+            if let Some(target) = &ctx.target {
+                let sink = MachineStatus { ctx, api: &api, machine };
+                let cloud = MachineVm::new(ctx, machine, None).cloud_of(machine).ok();
+                let access = super::in_place::NodeAccess {
+                    client: target,
+                    drain: ctx.drain.as_ref().unwrap_or(target),
+                    driver: cloud.as_ref().map(|c| &*c.driver),
+                };
+                let config = (&ctx.config, &effective);
+                if let Some(next) = super::in_place::step(machine, node, access, config, now, &sink).await? {
+                    return Ok(next);
+                }
             }
         }
     }
@@ -134,9 +143,12 @@ struct MachineStatus<'a> {
     machine: &'a Machine,
 }
 
-impl super::in_place::StatusSink for MachineStatus<'_> {
+impl super::in_place::InPlaceSink for MachineStatus<'_> {
     async fn write(&self, patch: StatusPatch) -> Result<(), Error> {
         writes::machine_status(self.ctx, self.api, self.machine, patch).await
+    }
+    async fn event(&self, event: EventSpec) {
+        self.ctx.publish(self.machine, event).await;
     }
 }
 

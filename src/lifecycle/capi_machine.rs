@@ -215,8 +215,17 @@ pub fn plan_machine(obs: &MachineObservation<'_>) -> MachinePlan {
     let mut requeue_after = None;
     let was_failed = old.phase.as_deref() == Some(phase::FAILED);
     // MCM's timeouts: no Ready Node within the creation timeout; a Node not Ready for the health timeout.
+    // A failed in-place update past its health timeout: MCM's Failed, recorded on the MCMMachine.
+    let in_place_failed = obs.infra.and_then(|i| i.status.as_ref()).filter(|s| {
+        s.current_status.as_ref().and_then(|c| c.phase.as_ref()) == Some(&MachinePhase::Failed)
+            && s.last_operation.as_ref().and_then(|o| o.type_.as_ref())
+                == Some(&crate::api::mcm::MachineOperationType::InPlaceUpdate)
+    });
     let failure = if was_failed {
         Some(("Failed", "the machine failed earlier; the MachineSet replaces it".to_string()))
+    } else if let Some(s) = in_place_failed {
+        let description = s.last_operation.as_ref().and_then(|o| o.description.clone()).unwrap_or_default();
+        Some(("InPlaceUpdateFailed", description))
     } else if obs.connection_down.is_some() {
         None
     } else if obs.node.is_none() || (!healthy && !was_running) {

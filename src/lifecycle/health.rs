@@ -10,10 +10,7 @@ use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use super::clock;
 use super::config::Effective;
 use super::status::{self, StatusPatch};
-use crate::api::mcm::names::{
-    CRITICAL_COMPONENTS_NOT_READY_TAINT, IN_PLACE_CONDITION, UPDATE_FAILED, UPDATE_FAILED_REASON, UPDATE_RESULT,
-    UPDATE_SUCCESSFUL,
-};
+use crate::api::mcm::names::{CRITICAL_COMPONENTS_NOT_READY_TAINT, IN_PLACE_CONDITION};
 use crate::api::mcm::{Machine, MachineOperationType, MachinePhase, MachineState};
 
 /// Healthy, as MCM defines it: conditions are known, `Ready` is `True` and every watched condition is `False`
@@ -162,7 +159,7 @@ pub fn decide(
         _ => {}
     }
     if patch.current_status.is_none()
-        && let Some(result) = update_result(machine, node, now)
+        && let Some(result) = super::in_place::result(machine, node, now)
     {
         patch = patch.and(result);
     }
@@ -176,35 +173,6 @@ pub fn decide(
     Health::Update { patch, joined, wake_at }
 }
 
-/// The node agent's result of an in-place update (Node label `update-result`), for a machine updating or whose
-/// update failed: a late success rescues a machine that timed out.
-fn update_result(machine: &Machine, node: &Node, now: Timestamp) -> Option<StatusPatch> {
-    let phase = status::phase(machine)?;
-    if !matches!(phase, MachinePhase::InPlaceUpdating | MachinePhase::InPlaceUpdateFailed) {
-        return None;
-    }
-    let name = machine.metadata.name.as_deref().unwrap_or_default();
-    let result = node.metadata.labels.as_ref()?.get(UPDATE_RESULT)?;
-    let (phase_to, state, description) = match result.as_str() {
-        UPDATE_SUCCESSFUL => (
-            MachinePhase::InPlaceUpdateSuccessful,
-            MachineState::Successful,
-            format!("Machine {name} successfully updated dependencies"),
-        ),
-        UPDATE_FAILED if *phase != MachinePhase::InPlaceUpdateFailed => {
-            let why = node.metadata.annotations.as_ref().and_then(|a| a.get(UPDATE_FAILED_REASON));
-            (
-                MachinePhase::InPlaceUpdateFailed,
-                MachineState::Failed,
-                format!("Machine {name} failed to update dependencies: {}", why.map_or("", String::as_str)),
-            )
-        }
-        _ => return None,
-    };
-    let op = status::operation(MachineOperationType::InPlaceUpdate, state, description, None, now);
-    Some(StatusPatch::phase(phase_to, op, now))
-}
-
 /// When an Unknown (or InPlaceUpdateFailed) machine becomes Failed: `currentStatus.lastUpdateTime + healthTimeout`. `None` when the machine
 /// is not Unknown, its health timeout is disabled, or no time is recorded (the health check then counts from now).
 pub fn health_deadline(machine: &Machine, effective: &Effective) -> Option<Timestamp> {
@@ -216,10 +184,6 @@ pub fn health_deadline(machine: &Machine, effective: &Effective) -> Option<Times
     }
     let since = machine.status.as_ref()?.current_status.as_ref()?.last_update_time.as_ref()?.0;
     Some(clock::plus(since, effective.health_timeout))
-}
-
-fn last_update(machine: &Machine) -> Option<Timestamp> {
-    Some(machine.status.as_ref()?.current_status.as_ref()?.last_update_time.as_ref()?.0)
 }
 
 /// Pending -> Failed after the creation timeout (from `creationTimestamp`); Unknown -> Failed after the health
@@ -246,24 +210,10 @@ fn timeouts(machine: &Machine, now: Timestamp, effective: &Effective) -> Health 
             let op = status::operation(type_, MachineState::Failed, description, None, now);
             Health::Update { patch: StatusPatch::phase(MachinePhase::Failed, op, now), joined: None, wake_at: None }
         }
-        Some(MachinePhase::InPlaceUpdating) => {
-            let since = last_update(machine).unwrap_or(now);
-            let deadline = clock::plus(since, effective.in_place_update_timeout);
-            if now < deadline {
-                return Health::Steady { wake_at: Some(deadline) };
-            }
-            let description = format!(
-                "Machine {name} failed to in-place update in {} minutes.",
-                clock::go(effective.in_place_update_timeout)
-            );
-            let op =
-                status::operation(MachineOperationType::InPlaceUpdate, MachineState::Failed, description, None, now);
-            Health::Update {
-                patch: StatusPatch::phase(MachinePhase::InPlaceUpdateFailed, op, now),
-                joined: None,
-                wake_at: None,
-            }
-        }
+        Some(MachinePhase::InPlaceUpdating) => match super::in_place::timed_out(machine, effective, now) {
+            Err(deadline) => Health::Steady { wake_at: Some(deadline) },
+            Ok(patch) => Health::Update { patch, joined: None, wake_at: None },
+        },
         // A failed in-place update is replaced like an unhealthy machine (MCM uses the same text).
         Some(MachinePhase::Unknown | MachinePhase::InPlaceUpdateFailed) if !effective.disable_health_timeout => {
             let deadline =

@@ -176,6 +176,56 @@ pub fn drained(machine: &Machine, now: Timestamp) -> (StatusPatch, NodeCondition
     (StatusPatch::phase(MachinePhase::InPlaceUpdating, op, now), condition)
 }
 
+/// The node agent's result (Node label `update-result`) as a phase, for a machine updating or whose update failed
+/// (a late success rescues a machine that timed out): `InPlaceUpdateSuccessful` or `InPlaceUpdateFailed`.
+pub fn result(machine: &Machine, node: &Node, now: Timestamp) -> Option<StatusPatch> {
+    let phase = status::phase(machine)?;
+    if !matches!(phase, MachinePhase::InPlaceUpdating | MachinePhase::InPlaceUpdateFailed) {
+        return None;
+    }
+    let name = machine.metadata.name.as_deref().unwrap_or_default();
+    let (to, state, description) = match label(node, UPDATE_RESULT)? {
+        UPDATE_SUCCESSFUL => (
+            MachinePhase::InPlaceUpdateSuccessful,
+            MachineState::Successful,
+            format!("Machine {name} successfully updated dependencies"),
+        ),
+        UPDATE_FAILED if *phase != MachinePhase::InPlaceUpdateFailed => {
+            let why = annotation(node, UPDATE_FAILED_REASON).unwrap_or_default();
+            (
+                MachinePhase::InPlaceUpdateFailed,
+                MachineState::Failed,
+                format!("Machine {name} failed to update dependencies: {why}"),
+            )
+        }
+        _ => return None,
+    };
+    let op = status::operation(MachineOperationType::InPlaceUpdate, state, description, None, now);
+    Some(StatusPatch::phase(to, op, now))
+}
+
+/// An `InPlaceUpdating` machine past its in-place update timeout (from `currentStatus.lastUpdateTime`):
+/// `Ok` with the `InPlaceUpdateFailed` status, or `Err` with the deadline.
+pub fn timed_out(machine: &Machine, effective: &Effective, now: Timestamp) -> Result<StatusPatch, Timestamp> {
+    let name = machine.metadata.name.as_deref().unwrap_or_default();
+    let since = machine
+        .status
+        .as_ref()
+        .and_then(|s| s.current_status.as_ref())
+        .and_then(|c| c.last_update_time.as_ref())
+        .map_or(now, |t| t.0);
+    let deadline = clock::plus(since, effective.in_place_update_timeout);
+    if now < deadline {
+        return Err(deadline);
+    }
+    let description = format!(
+        "Machine {name} failed to in-place update in {} minutes.",
+        clock::go(effective.in_place_update_timeout)
+    );
+    let op = status::operation(MachineOperationType::InPlaceUpdate, MachineState::Failed, description, None, now);
+    Ok(StatusPatch::phase(MachinePhase::InPlaceUpdateFailed, op, now))
+}
+
 /// After a failed cordon or drain: only the last operation says so (the phase stays; the next attempt, once the
 /// drain timeout has passed since selection, is forced).
 pub fn drain_failed(error: &str, now: Timestamp) -> StatusPatch {
@@ -283,6 +333,64 @@ mod tests {
         forced.metadata.labels = Some(BTreeMap::from([(FORCE_DRAIN_LABEL.to_string(), "True".to_string())]));
         let plan = decide(&forced, &node(&[CAND, SEL], Some(SELECTED), None), &effective, &config, now);
         assert!(plan.drain.is_some_and(|d| d.force), "force-drain label");
+    }
+
+    fn in_phase(phase: MachinePhase, since: &str) -> Machine {
+        let mut m = Machine::new("m1", Default::default());
+        m.status = Some(crate::api::mcm::MachineStatus {
+            current_status: Some(status::entering(phase, t(since))),
+            ..Default::default()
+        });
+        m
+    }
+
+    #[test]
+    fn results_and_timeouts_table() {
+        use MachinePhase::*;
+        let now = t("00:30:00");
+        // (case, phase, Node labels, failure reason, expected (phase, description))
+        let cases = [
+            (
+                "success",
+                InPlaceUpdating,
+                vec![OK],
+                None,
+                Some((InPlaceUpdateSuccessful, "Machine m1 successfully updated dependencies")),
+            ),
+            (
+                "failure",
+                InPlaceUpdating,
+                vec![FAIL],
+                Some("OS image not found"),
+                Some((InPlaceUpdateFailed, "Machine m1 failed to update dependencies: OS image not found")),
+            ),
+            (
+                "a late success rescues",
+                InPlaceUpdateFailed,
+                vec![OK],
+                None,
+                Some((InPlaceUpdateSuccessful, "Machine m1 successfully updated dependencies")),
+            ),
+            ("failed, recorded", InPlaceUpdateFailed, vec![FAIL], Some("x"), None),
+            ("no result yet", InPlaceUpdating, vec![CAND, SEL], None, None),
+            ("not updating", Running, vec![OK], None, None),
+        ];
+        for (name, phase, labels, failure, expected) in cases {
+            let got = result(&in_phase(phase, "00:00:00"), &node(&labels, None, failure), now);
+            let got = got.map(|p| (p.new_phase().cloned().unwrap(), p.last_operation.unwrap().description.unwrap()));
+            assert_eq!(got, expected.map(|(p, d)| (p, d.to_string())), "{name}");
+        }
+        let machine = in_phase(InPlaceUpdating, "00:20:00");
+        let mut effective = Effective::of(&machine, &MachineConfig::default());
+        assert_eq!(effective.in_place_update_timeout, Duration::from_secs(20 * 60), "MCM's default");
+        assert_eq!(timed_out(&machine, &effective, now), Err(t("00:40:00")));
+        effective.in_place_update_timeout = Duration::from_secs(5 * 60);
+        let patch = timed_out(&machine, &effective, now).unwrap();
+        assert_eq!(patch.new_phase(), Some(&InPlaceUpdateFailed));
+        assert_eq!(
+            patch.last_operation.unwrap().description.as_deref(),
+            Some("Machine m1 failed to in-place update in 5m0s minutes.")
+        );
     }
 
     #[test]

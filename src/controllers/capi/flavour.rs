@@ -173,6 +173,12 @@ impl Flavour for CapiContext {
     fn machine_patch(_: &Value) -> Option<Value> {
         None
     }
+    fn complete_transfer(to: &MachineSet, patch: &mut Value) {
+        patch["metadata"]["labels"][crate::api::capi::SET_NAME_LABEL] = Value::from(to.name_any());
+        if let Some(version) = &to.spec.template.spec.version {
+            patch["spec"]["version"] = Value::from(version.clone());
+        }
+    }
     fn new_set(d: &MachineDeployment, hub: &mcm::MachineSet) -> MachineSet {
         let mut s = machine_set_to_capi(hub);
         s.status = None;

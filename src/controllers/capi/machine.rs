@@ -75,6 +75,13 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
     let workload = ctx.workloads.get(&m.namespace().unwrap_or_default(), &m.spec.cluster_name).await;
     let node = provider_id.as_deref().filter(|p| !p.is_empty()).and_then(|p| workload.nodes()?.node_by_provider_id(p));
     let connection_down = workload.down();
+    // An in-place update under way (the Node's labels drive it), before the status that shows it.
+    let in_place_after = match (&infra, &node, workload.nodes()) {
+        (Some(infra), Some(node), Some(nodes)) => {
+            super::in_place::pass(&ctx, &m, infra, node, nodes, Timestamp::now()).await?
+        }
+        _ => None,
+    };
     let configuration = infra.as_ref().map(|i| i.spec.configuration.clone()).unwrap_or_default();
     let creation_timeout = configuration.creation_timeout.map_or(ctx.config.creation_timeout, |d| d.as_std());
     let health_timeout = match configuration.disable_health_timeout {
@@ -119,7 +126,8 @@ pub(super) async fn reconcile(m: Arc<Machine>, ctx: Arc<CapiContext>) -> Result<
         .into_iter()
         .flatten()
         .min();
-    Ok(Action::requeue(after.map_or(resync, |d| d.min(resync))))
+    let action = Action::requeue(after.map_or(resync, |d| d.min(resync)));
+    Ok(in_place_after.unwrap_or(action))
 }
 
 /// The Machine's bootstrap config, as core reads it (`lifecycle::capi_bootstrap`): taken, waited for, its data

@@ -20,6 +20,7 @@ mod clones;
 mod cluster;
 mod flavour;
 mod health_check;
+mod in_place;
 mod machine;
 mod machine_deployment;
 mod machine_set;

@@ -458,5 +458,7 @@ fn transfer_patch<F: Flavour>(
     let mut owners: Vec<_> =
         machine.meta().owner_references.iter().flatten().filter(|r| r.controller != Some(true)).cloned().collect();
     owners.push(F::controller_ref("MachineSet", to.meta()));
-    guarded(json!({"metadata": {"labels": labels, "ownerReferences": owners}}), machine.resource_version())
+    let mut patch = json!({"metadata": {"labels": labels, "ownerReferences": owners}});
+    F::complete_transfer(to, &mut patch);
+    guarded(patch, machine.resource_version())
 }

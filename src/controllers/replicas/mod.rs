@@ -146,6 +146,9 @@ pub(crate) trait Flavour: Send + Sync {
     /// The flavour's patch of a machine for a merge patch of its hub view (`None`: the flavour does not hold what
     /// the patch changes).
     fn machine_patch(patch: &Value) -> Option<Value>;
+    /// What else a machine moved to `to` by an in-place update takes from it, added to `patch` (CAPI: the
+    /// `set-name` label and the template's `spec.version`, as core's in-place moves do).
+    fn complete_transfer(_to: &Self::Set, _patch: &mut Value) {}
     /// The set to create for a new hub set of `d`.
     fn new_set(d: &Self::Deployment, hub: &mcm::MachineSet) -> Self::Set;
 

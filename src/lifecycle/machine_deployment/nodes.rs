@@ -140,12 +140,11 @@ impl DeploymentMachine {
             priority: annotation(meta, PRIORITY_ANNOTATION).map(str::to_string),
             marked_for_deletion_time: annotation(meta, MARKED_FOR_DELETION_TIME).map(str::to_string),
             moved_in_place: label(meta, UPDATE_RESULT) == Some(UPDATE_SUCCESSFUL),
-            in_place_reason: machine
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|c| c.iter().find(|c| c.type_ == IN_PLACE_CONDITION))
-                .and_then(|c| c.reason.clone()),
+            in_place_reason: match machine.status.as_ref().and_then(|s| s.conditions.as_ref()) {
+                Some(copied) => copied.iter().find(|c| c.type_ == IN_PLACE_CONDITION).and_then(|c| c.reason.clone()),
+                // A CAPI Machine's hub view has no copy of its Node's conditions: the Node's own.
+                None => node_name.and(node).and_then(|n| NodeFacts::from_node(n).in_place.reason),
+            },
         }
     }
 }

@@ -19,11 +19,6 @@ pub enum ValidationError {
     /// `spec.strategy.type` is not one we know.
     #[error("spec.strategy.type {0:?} is unknown; use RollingUpdate, Recreate or InPlaceUpdate")]
     UnknownStrategyType(String),
-    /// An in-place update of a Cluster API MachineDeployment: its Machines' controller does not update in place yet.
-    #[error(
-        "spec.strategy.type InPlaceUpdate (carried in the conversion annotation) runs on machine.sapcloud.io MachineDeployments only; Cluster API MachineDeployments use RollingUpdate or OnDelete"
-    )]
-    InPlaceUpdateNotForCapi,
     /// `spec.strategy.inPlaceUpdate` is missing for an in-place update.
     #[error(
         "spec.strategy.inPlaceUpdate is missing; an InPlaceUpdate strategy needs maxSurge, maxUnavailable and orchestrationType"
@@ -67,7 +62,6 @@ impl ValidationError {
             ValidationError::MissingStrategyType => "missing_strategy_type",
             ValidationError::UnknownStrategyType(_) => "unknown_strategy_type",
             ValidationError::MissingInPlaceUpdate => "missing_in_place_update",
-            ValidationError::InPlaceUpdateNotForCapi => "in_place_update_not_for_capi",
             ValidationError::InvalidOrchestrationType(_) => "invalid_orchestration_type",
             ValidationError::MissingRollingUpdate => "missing_rolling_update",
             ValidationError::MissingFencepost(_) => "missing_fencepost",
@@ -102,11 +96,6 @@ pub fn validate(d: &MachineDeployment) -> Result<(), Vec<ValidationError>> {
             None => errors.push(ValidationError::MissingRollingUpdate),
             Some(config) => validate_fenceposts(config, "rollingUpdate", &mut errors),
         },
-        Some(MachineDeploymentStrategyType::InPlaceUpdate)
-            if d.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::convert::CAPI_DATA)) =>
-        {
-            errors.push(ValidationError::InPlaceUpdateNotForCapi)
-        }
         Some(MachineDeploymentStrategyType::InPlaceUpdate) => match strategy.and_then(|s| s.in_place_update.as_ref()) {
             None => errors.push(ValidationError::MissingInPlaceUpdate),
             Some(config) => {
@@ -211,7 +200,7 @@ mod tests {
             Some(BTreeMap::from([(crate::convert::CAPI_DATA.to_string(), r#"{"clusterName":"c"}"#.to_string())]));
         assert_eq!(validate(&capi), Ok(()));
         capi.spec.strategy = Some(in_place("0", "1", "Auto"));
-        assert_eq!(validate(&capi), Err(vec![ValidationError::InPlaceUpdateNotForCapi]), "MCM flavour only, for now");
+        assert_eq!(validate(&capi), Ok(()), "carried in the conversion annotation");
     }
 
     fn selector(pairs: &[(&str, &str)]) -> Option<LabelSelector> {

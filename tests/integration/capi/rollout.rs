@@ -234,3 +234,40 @@ async fn rollout_after_replaces_machines_made_before_it() {
     assert!(sets.iter().any(|s| s.spec.replicas == Some(0)), "the old set scaled to 0");
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_rollout_keeps_every_machine_and_vm_of_a_capi_deployment() {
+    let (env, capi, _provider) = env().await;
+    // MCM's InPlaceUpdate has no CAPI field: it is carried in the conversion annotation (no `rollout`).
+    let mut d = deployment("ipc", 3, "small", json!(null));
+    d["spec"].as_object_mut().unwrap().remove("rollout");
+    let strategy = json!({"strategy": {"type": "InPlaceUpdate",
+        "inPlaceUpdate": {"maxSurge": 0, "maxUnavailable": 1, "orchestrationType": "Auto"}}});
+    d["metadata"]["annotations"] = json!({mcm::convert::MCM_DATA: strategy.to_string()});
+    create_deployment(&capi, d).await;
+    let before = wait_running(&capi, "ipc", 3).await;
+    let ids = |ms: &[Machine]| ms.iter().filter_map(|m| m.spec.provider_id.clone()).collect::<BTreeSet<_>>();
+    let old_set = before[0].owner_references().iter().find(|o| o.controller == Some(true)).unwrap().name.clone();
+
+    patch_deployment(&capi, "ipc", json!({"spec": {"template": {"metadata": {"labels": {"os": "v2"}}}}})).await;
+    let after = wait_until("the same 3 machines moved to the new set", WAIT, || async {
+        let machines = wait_running(&capi, "ipc", 3).await;
+        let moved = machines.iter().all(|m| {
+            m.labels().get("os").map(String::as_str) == Some("v2")
+                && m.owner_references().iter().any(|o| o.controller == Some(true) && o.name != old_set)
+        });
+        moved.then_some(machines)
+    })
+    .await;
+    assert_eq!(names(&after), names(&before), "no Machine replaced");
+    assert_eq!(ids(&after), ids(&before), "no VM replaced");
+    for m in &after {
+        let infra = capi.infra.get(&m.name_any()).await.unwrap();
+        let phase = infra.status.and_then(|s| s.current_status).and_then(|c| c.phase);
+        assert_eq!(phase, Some(mcm::api::mcm::MachinePhase::Running), "{}: updated and rejoined", m.name_any());
+        assert_eq!(m.labels().get(mcm::api::capi::SET_NAME_LABEL), m.owner_references().first().map(|o| &o.name));
+    }
+    let old = capi.sets.get(&old_set).await.unwrap();
+    assert_eq!(old.spec.replicas, Some(0));
+    env.shutdown().await;
+}
