@@ -210,7 +210,7 @@ pub fn plan_deployment(obs: &DeploymentObservation<'_>) -> DeploymentDecision {
         w.sync(new, true);
     } else if let Some(rollback) = obs.deployment.spec.rollback_to.as_ref() {
         w.rollback(new, rollback.revision);
-    } else if is_scaling_event(&w.d, new.map(|i| &w.sets[i]), &w.old_refs(new)) {
+    } else if is_scaling_event(&w.d, new.map(|i| &w.sets[i]), &w.old_refs(new)) && !w.in_place_mid_rollout(new) {
         w.sync(new, false);
     } else if is_recreate(obs.deployment) {
         w.recreate(new);
@@ -610,6 +610,14 @@ impl<'a> Work<'a> {
                 super::nodes::push_unique(&mut self.plan.nodes.unlabel_candidate, &node.name);
             }
         }
+    }
+
+    /// An in-place rollout with several active sets: a change of replicas is the in-place steps' to follow (the new
+    /// set grows into lost room, old sets go to 0 once it is complete). `scale()` shares replicas out only for a
+    /// rolling update, so as a scaling event it would change nothing and come back on every pass.
+    fn in_place_mid_rollout(&self, new: Option<usize>) -> bool {
+        is_in_place(&self.d)
+            && super::scaling::active_or_latest(new.map(|i| &self.sets[i]), &self.old_refs(new)).is_none()
     }
 
     /// MCM's InPlaceUpdate strategy (`in_place`): mark the old sets and their Nodes, count moved machines, then

@@ -143,6 +143,7 @@ pub(crate) trait SetExt {
     fn revision(self, rev: &str) -> Self;
     fn replicas_annotations(self, desired: i32, max: i32) -> Self;
     fn annotate(self, k: &str, v: &str) -> Self;
+    fn label_set(self, k: &str, v: &str) -> Self;
 }
 
 impl SetExt for MachineSet {
@@ -164,6 +165,10 @@ impl SetExt for MachineSet {
     }
     fn annotate(mut self, k: &str, v: &str) -> Self {
         self.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
+        self
+    }
+    fn label_set(mut self, k: &str, v: &str) -> Self {
+        self.metadata.labels.get_or_insert_with(BTreeMap::new).insert(k.into(), v.into());
         self
     }
 }

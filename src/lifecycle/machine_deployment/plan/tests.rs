@@ -14,7 +14,7 @@ use crate::lifecycle::machine_deployment::status::{
     PROGRESS_DEADLINE_EXCEEDED,
 };
 use crate::lifecycle::machine_deployment::test_support::{
-    SetExt, at_minute, deployment, map, ms, now, recreate, rolling,
+    SetExt, at_minute, deployment, in_place, map, ms, now, recreate, rolling,
 };
 
 fn cond(type_: MachineDeploymentConditionType, status: ConditionStatus, reason: &str) -> MachineDeploymentCondition {
@@ -642,4 +642,92 @@ fn the_autoscaler_sees_a_finished_rollout_only_when_complete() {
     new_template(&mut d);
     let plan = run(&d, &[old], &[]);
     assert!(!rollout_finished(plan.status.as_ref().unwrap().conditions.as_deref().unwrap()), "a rollout started");
+}
+
+fn in_place_node(name: &str, candidate: bool, selected: bool, updated: bool) -> NodeFacts {
+    use crate::api::mcm::names::{UPDATE_SUCCESSFUL, in_place_reason};
+    use crate::lifecycle::machine_deployment::nodes::InPlaceNode;
+    let reason = if updated {
+        in_place_reason::SUCCESSFUL
+    } else if selected {
+        in_place_reason::SELECTED
+    } else {
+        in_place_reason::CANDIDATE
+    };
+    NodeFacts {
+        name: name.into(),
+        in_place: InPlaceNode {
+            candidate,
+            selected,
+            result: updated.then(|| UPDATE_SUCCESSFUL.to_string()),
+            reason: candidate.then(|| reason.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_new_template_starts_an_in_place_update() {
+    let (mut d, old) = settled(3, in_place("0", "1", "Auto"));
+    new_template(&mut d);
+    let machines: Vec<DeploymentMachine> =
+        (1..=3).map(|i| machine(&format!("m{i}"), "s1", Some(node(&format!("n{i}"))))).collect();
+    let plan = run(&d, &[old], &machines);
+    let created = plan.create_set.as_ref().expect("a new set");
+    assert_eq!(created.spec.replicas, 0, "no surge: the new set grows only by moves");
+    assert_eq!(plan.nodes.label_candidate, ["n1", "n2", "n3"]);
+    assert!(plan.nodes.label_selected.is_empty(), "selection waits for the candidates to be seen");
+    assert_eq!(
+        patch_of(&plan, "s1").and_then(|p| p.pointer("/metadata/labels")),
+        Some(&json!({SCALE_UP_DISABLED: "true"})),
+        "the old set may not replace machines"
+    );
+    assert!(plan.transfers.is_empty());
+}
+
+#[test]
+fn an_in_place_rollout_selects_then_moves() {
+    let (mut d, old) = settled(3, in_place("0", "1", "Auto"));
+    new_template(&mut d);
+    let first = run(&d, std::slice::from_ref(&old), &[]);
+    let new = first.create_set.unwrap();
+    let new_name = new.metadata.name.clone().unwrap();
+    let old = old.label_set(SCALE_UP_DISABLED, "true");
+    let candidates: Vec<DeploymentMachine> = (1..=3)
+        .map(|i| machine(&format!("m{i}"), "s1", Some(in_place_node(&format!("n{i}"), true, false, false))))
+        .collect();
+    let plan = run(&d, &[old.clone(), new.clone()], &candidates);
+    assert_eq!(plan.nodes.label_selected, ["n1"], "maxUnavailable 1: one Node, by name");
+    assert_eq!(events(&plan), [(SELECTED_FOR_UPDATE_EVENT, "Selected node(s) n1 for in-place update".to_string())]);
+
+    // n1 was updated: it moves, the old set shrinks by one and the new set grows by one.
+    let mut machines = candidates.clone();
+    machines[0].node = Some(in_place_node("n1", true, true, true));
+    machines[0].in_place_reason = Some(crate::api::mcm::names::in_place_reason::SUCCESSFUL.into());
+    let plan = run(&d, &[old.clone(), new.clone()], &machines);
+    assert_eq!(plan.transfers, [MachineTransfer { machine: "m1".into(), from: "s1".into(), to: new_name.clone() }]);
+    assert_eq!(scales(&plan), [("s1".to_string(), 2), (new_name.clone(), 1)]);
+    assert!(plan.nodes.label_selected.is_empty(), "one move per pass; selection follows");
+}
+
+#[test]
+fn a_change_of_replicas_mid_in_place_rollout_does_not_wedge_it() {
+    let (mut d, old) = settled(3, in_place("0", "1", "Auto"));
+    new_template(&mut d);
+    let new = run(&d, std::slice::from_ref(&old), &[]).create_set.unwrap();
+    let new_name = new.metadata.name.clone().unwrap();
+    let mut old = old.label_set(SCALE_UP_DISABLED, "true");
+    old.spec.replicas = 2;
+    let mut new = new;
+    new.spec.replicas = 1;
+    // Scaled from 3 to 5 while old 2 / new 1: the new set grows into the room (fresh VMs), not a stuck scaling event.
+    d.spec.replicas = 5;
+    let machines = [
+        machine("m1", "s1", Some(in_place_node("n1", true, false, false))),
+        machine("m2", "s1", Some(in_place_node("n2", true, false, false))),
+        machine("m3", &new_name, Some(node("n3"))),
+    ];
+    let plan = run(&d, &[old, new], &machines);
+    assert_eq!(scales(&plan), [(new_name, 3)]);
 }
