@@ -26,7 +26,7 @@ kubectl-plugin: ## Build mcm without cloud SDKs and link it as $(PLUGIN_DIR)/kub
 	mkdir -p $(PLUGIN_DIR)
 	ln -sf $(CURDIR)/target/debug/mcm $(PLUGIN_DIR)/kubectl-mcm
 
-test: upstream-tools adapters test-adapters ## Run every test: unit, integration and doc tests (with upstream clusterctl, CAPI core and the Go adapters)
+test: upstream-tools adapters test-adapters mcm-peer ## Run every test: unit, integration and doc tests (with upstream clusterctl, CAPI core, the Go adapters and upstream MCM)
 	$(CARGO) test
 
 # The areas `make test-kube` runs against the real kube-apiserver (docs/testing.md says why these).
@@ -52,7 +52,7 @@ adapters: ## Build the Go driver relay (target/adapters/bin/mcm-driver-relay: MC
 test-adapters: ## Run the Go adapters' tests (adapters/mcm-go: MCM driver <-> driver protocol, every machine code)
 	cd adapters/mcm-go && $(ADAPTERS_GO) vet ./... && $(ADAPTERS_GO) test ./...
 
-mcm-peer: ## Build upstream MCM's controllers on the driver protocol, for benchmarks (target/adapters/bin/mcm-peer)
+mcm-peer: ## Build upstream MCM's controllers on the driver protocol, for benchmarks and the in-place interop test (target/adapters/bin/mcm-peer)
 	cd hack/mcm-peer && $(ADAPTERS_GO) build -trimpath -o $(CURDIR)/target/adapters/bin/mcm-peer .
 
 proto-go: ## Regenerate adapters/mcm-go/driverpb after editing proto/mcm/driver/v1/driver.proto (needs go and protoc)

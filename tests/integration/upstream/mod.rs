@@ -1,6 +1,7 @@
 //! Upstream programs drive ours: the real `clusterctl` and CAPI core's manager (built from the Go module proxy by
 //! `hack/upstream-tools.sh`, pinned by `hack/upstream/go.mod`) against an embedded API server, with
-//! `mcm run --controllers=infrastructure` and the in-memory cloud. docs/testing.md says what each test plays.
+//! `mcm run --controllers=infrastructure` and the in-memory cloud; upstream MCM (`make mcm-peer`) against the
+//! in-memory cloud's node agent. docs/testing.md says what each test plays.
 //!
 //! Without the tools every test here is skipped with a loud message; in CI (`CI=true`) their absence fails.
 
@@ -9,6 +10,7 @@ mod aws;
 mod clusterctl;
 mod differential;
 mod installing;
+mod mcm_in_place;
 mod moving;
 
 use std::net::SocketAddr;
