@@ -17,7 +17,7 @@
 
 use super::nodes::DeploymentMachine;
 use super::rollout::{ScaleTarget, in_place_bounds, is_manual};
-use super::{available, by_creation, set_name, spec_replicas, sum};
+use super::{by_creation, set_name, spec_replicas, sum};
 use crate::api::mcm::names::{SCALE_UP_DISABLED, in_place_reason};
 use crate::api::mcm::{MachineDeployment, MachinePhase, MachineSet};
 use crate::lifecycle::object_meta::label;
@@ -156,6 +156,16 @@ pub enum OldSetStep {
     Select(Vec<String>),
 }
 
+/// Machines of `set` that serve: Running or Available, not being deleted. Selection counts these rather than
+/// the sets' `availableReplicas` (MCM's inputs): a set's status lags a move by one of its passes, and a moved
+/// machine still counted available by its old set let a pass select more Nodes than `maxUnavailable` allows.
+fn serving(machines: &[DeploymentMachine], set: &str) -> i32 {
+    let n = of_set(machines, set)
+        .filter(|m| !m.deleting && matches!(m.phase, Some(MachinePhase::Running | MachinePhase::Available)))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
 /// Machines of old sets whose Node is selected: being updated, or failed and not replaced yet.
 pub fn undergoing(old: &[&MachineSet], machines: &[DeploymentMachine]) -> i32 {
     let n = old
@@ -190,11 +200,12 @@ pub fn reconcile_old(
         return OldSetStep::Wait;
     }
     let all_spec = sum(old, spec_replicas) + spec_replicas(new);
-    let new_unavailable = (spec_replicas(new) - available(new)).max(0);
+    let new_unavailable = (spec_replicas(new) - serving(machines, set_name(new))).max(0);
     if all_spec - min_available - new_unavailable - undergoing <= 0 {
         return OldSetStep::Wait;
     }
-    let available_now = sum(old, available) + available(new) - undergoing;
+    let old_serving: i32 = old.iter().map(|s| serving(machines, set_name(s))).sum();
+    let available_now = old_serving + serving(machines, set_name(new)) - undergoing;
     if available_now <= min_available {
         return OldSetStep::Wait;
     }
@@ -275,6 +286,13 @@ mod tests {
             in_place_reason: reason,
             ..Default::default()
         }
+    }
+
+    /// Moved to `set`, updated, not healthy again yet.
+    fn rejoining(name: &str, set: &str) -> DeploymentMachine {
+        let mut dm = m(name, set, InPlaceNode::default());
+        dm.phase = Some(MachinePhase::InPlaceUpdateSuccessful);
+        dm
     }
 
     fn moved(mut dm: DeploymentMachine) -> DeploymentMachine {
@@ -392,6 +410,22 @@ mod tests {
             ("one already selected uses the budget", &auto, (0, 0), (3, 3), one_selected, OldSetStep::Wait),
             ("no candidate nodes", &auto, (0, 0), (3, 3), plain, OldSetStep::Wait),
             ("a new machine unavailable", &auto, (1, 0), (2, 2), cands.clone(), OldSetStep::Wait),
+            (
+                "a moved machine not Running yet, whatever the sets' stale status says",
+                &auto,
+                (1, 1),
+                (2, 2),
+                vec![rejoining("n1", "new"), m("o2", "old", candidate()), m("o3", "old", candidate())],
+                OldSetStep::Wait,
+            ),
+            (
+                "the moved machine Running again: the next Node",
+                &auto,
+                (1, 1),
+                (2, 2),
+                vec![m("n1", "new", InPlaceNode::default()), m("o2", "old", candidate()), m("o3", "old", candidate())],
+                OldSetStep::Select(vec!["n-o2".into()]),
+            ),
             ("Manual never selects", &manual, (0, 0), (3, 3), cands.clone(), OldSetStep::Wait),
             ("Manual still scales old sets to 0", &manual, (3, 3), (1, 1), cands, OldSetStep::ScaleToZero),
         ];
