@@ -5,13 +5,11 @@
 //! of skipping the machine's `InPlaceUpdating` phase.
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
-use kube::api::Patch;
-use kube::{Api, ResourceExt};
-use serde_json::json;
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 
 use super::context::key_of;
-use super::error::{Error, is_not_found};
+use super::error::Error;
 use super::writes;
 use crate::api::mcm::Machine;
 use crate::drain;
@@ -57,7 +55,7 @@ pub(crate) async fn step(
     }
     let name = node.name_any();
     if let Some(condition) = plan.condition {
-        write_condition(target, &name, condition).await?;
+        writes::node_condition(target, &name, condition).await?;
     }
     let Some(options) = plan.drain else {
         // The condition's change wakes the machine for the next stage.
@@ -77,7 +75,7 @@ pub(crate) async fn step(
                 format!("Drained node {name} for its in-place update"),
             ))
             .await;
-            write_condition(target, &name, condition).await?;
+            writes::node_condition(target, &name, condition).await?;
             Ok(Some(Next::Wake(None)))
         }
         Err(e) => {
@@ -91,16 +89,5 @@ pub(crate) async fn step(
             sink.write(in_place::drain_failed(&error, now)).await?;
             Ok(Some(Next::Retry { class: RetryClass::Transient, deadline: None }))
         }
-    }
-}
-
-/// The Node's `InPlaceUpdate` condition (merged by type; the other conditions stay).
-async fn write_condition(target: &kube::Client, node: &str, condition: NodeCondition) -> Result<(), Error> {
-    let nodes: Api<Node> = Api::all(target.clone());
-    let patch = json!({"status": {"conditions": [condition]}});
-    match nodes.patch_status(node, &writes::patch_params(), &Patch::Strategic(patch)).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(Error::kube("set the InPlaceUpdate condition of", format!("Node {node}"), e)),
     }
 }

@@ -3,7 +3,7 @@
 //! order (expiry set first, cleared last, so a pass cut short is finished by the next one).
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, NodeCondition};
+use k8s_openapi::api::core::v1::Node;
 use kube::api::Patch;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -83,7 +83,7 @@ pub(crate) async fn step(
         condition = plan.condition_after(&result);
     }
     if let (Some((target, node)), Some(condition)) = (node, condition) {
-        write_condition(target, &node.name_any(), condition).await?;
+        writes::node_condition(target, &node.name_any(), condition).await?;
     }
     if let Some(patch) = &plan.machine_patch {
         writes::merge(api, machine, patch, "annotate").await?;
@@ -107,15 +107,4 @@ async fn expiry(api: &Api<Machine>, machine: &Machine, value: serde_json::Value)
         .await
         .map(|_| ())
         .map_err(|e| Error::kube("patch preserveExpiryTime of", format!("Machine {}", key_of(machine)), e))
-}
-
-/// The Node's `Preserved` condition (merged by type; the other conditions stay).
-async fn write_condition(target: &kube::Client, node: &str, condition: NodeCondition) -> Result<(), Error> {
-    let nodes: Api<Node> = Api::all(target.clone());
-    let patch = json!({"status": {"conditions": [condition]}});
-    match nodes.patch_status(node, &writes::patch_params(), &Patch::Strategic(patch)).await {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(Error::kube("set the Preserved condition of", format!("Node {node}"), e)),
-    }
 }

@@ -6,13 +6,14 @@ use std::fmt::Debug;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, ReplaceOperation, TestOperation};
+use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::context::{Context, key_of};
-use super::error::Error;
+use super::error::{Error, is_not_found};
 use super::superseded;
 use crate::api::mcm::Machine;
 use crate::lifecycle::status::{self, StatusPatch};
@@ -183,4 +184,16 @@ pub(crate) fn guarded(mut patch: Value, resource_version: Option<String>) -> Val
         meta["resourceVersion"] = serde_json::json!(resource_version);
     }
     patch
+}
+
+/// A condition on a Node's status, merged by type (the other conditions stay); a Node gone is no error.
+pub async fn node_condition(target: &kube::Client, node: &str, condition: NodeCondition) -> Result<(), Error> {
+    let nodes: Api<Node> = Api::all(target.clone());
+    let object = format!("Node {node} ({})", condition.type_);
+    let patch = json!({"status": {"conditions": [condition]}});
+    match nodes.patch_status(node, &patch_params(), &Patch::Strategic(patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::kube("set the condition of", object, e)),
+    }
 }

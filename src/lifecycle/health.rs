@@ -135,7 +135,7 @@ pub fn decide(
                 let first_join = op.is_some_and(|op| {
                     op.type_ == Some(MachineOperationType::Create) && op.state != Some(MachineState::Successful)
                 });
-                let (type_, description) = if first_join {
+                let running = if first_join {
                     let took = machine
                         .metadata
                         .creation_timestamp
@@ -143,15 +143,19 @@ pub fn decide(
                         .map(|t| clock::between(t.0, now))
                         .unwrap_or_default();
                     joined = Some(took);
-                    (
+                    let description = format!("Machine {name} successfully joined the cluster in {}", clock::go(took));
+                    let op = status::operation(
                         MachineOperationType::Create,
-                        format!("Machine {name} successfully joined the cluster in {}", clock::go(took)),
-                    )
+                        MachineState::Successful,
+                        description,
+                        None,
+                        now,
+                    );
+                    StatusPatch::phase(MachinePhase::Running, op, now)
                 } else {
-                    (MachineOperationType::HealthCheck, format!("Machine {name} successfully re-joined the cluster"))
+                    rejoined(name, now)
                 };
-                let op = status::operation(type_, MachineState::Successful, description, None, now);
-                patch = patch.and(StatusPatch::phase(MachinePhase::Running, op, now));
+                patch = patch.and(running);
             }
         }
         // InPlaceUpdating and InPlaceUpdateFailed: the Node is drained and being changed; its health says
@@ -221,19 +225,31 @@ fn timeouts(machine: &Machine, now: Timestamp, effective: &Effective) -> Health 
             if now < deadline {
                 return Health::Steady { wake_at: Some(deadline) };
             }
-            let description = format!(
-                "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
-                clock::go(effective.health_timeout),
-                summary(status::conditions(machine))
-            );
-            let type_ = status::last_operation(machine)
-                .and_then(|o| o.type_.clone())
-                .unwrap_or(MachineOperationType::HealthCheck);
-            let op = status::operation(type_, MachineState::Failed, description, None, now);
-            Health::MarkFailed { patch: StatusPatch::phase(MachinePhase::Failed, op, now) }
+            Health::MarkFailed { patch: health_timed_out(machine, effective, now) }
         }
         _ => Health::Steady { wake_at: None },
     }
+}
+
+/// Running again after an outage or an in-place update (MCM's text).
+pub fn rejoined(name: &str, now: Timestamp) -> StatusPatch {
+    let description = format!("Machine {name} successfully re-joined the cluster");
+    let op = status::operation(MachineOperationType::HealthCheck, MachineState::Successful, description, None, now);
+    StatusPatch::phase(MachinePhase::Running, op, now)
+}
+
+/// Failed once the health timeout has passed (MCM's text, with the Node's conditions).
+pub fn health_timed_out(machine: &Machine, effective: &Effective, now: Timestamp) -> StatusPatch {
+    let name = machine.metadata.name.as_deref().unwrap_or_default();
+    let description = format!(
+        "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed. Node Conditions: {}",
+        clock::go(effective.health_timeout),
+        summary(status::conditions(machine))
+    );
+    let type_ =
+        status::last_operation(machine).and_then(|o| o.type_.clone()).unwrap_or(MachineOperationType::HealthCheck);
+    let op = status::operation(type_, MachineState::Failed, description, None, now);
+    StatusPatch::phase(MachinePhase::Failed, op, now)
 }
 
 #[cfg(test)]

@@ -16,10 +16,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::clock;
 use super::config::{Effective, MachineConfig};
 use super::preservation::FORCE_DRAIN_LABEL;
 use super::status::{self, StatusPatch};
+use super::{clock, health};
 use crate::api::mcm::names::{
     CANDIDATE_FOR_UPDATE, IN_PLACE_CONDITION, SELECTED_FOR_UPDATE, UPDATE_FAILED, UPDATE_FAILED_REASON, UPDATE_RESULT,
     UPDATE_SUCCESSFUL, in_place_reason,
@@ -202,6 +202,28 @@ pub fn result(machine: &Machine, node: &Node, now: Timestamp) -> Option<StatusPa
     };
     let op = status::operation(MachineOperationType::InPlaceUpdate, state, description, None, now);
     Some(StatusPatch::phase(to, op, now))
+}
+
+/// The phase changes of an in-place machine whose controller runs no MCM health check (the CAPI flavour; the MCM
+/// flavour's health check makes the same ones): the node agent's result, the update timeout, a failed update past
+/// its health timeout (Failed: its set replaces it), and the rejoin once the Node is healthy.
+pub fn phase_change(machine: &Machine, node: &Node, effective: &Effective, now: Timestamp) -> Option<StatusPatch> {
+    if let Some(patch) = result(machine, node, now) {
+        return Some(patch);
+    }
+    match status::phase(machine)? {
+        MachinePhase::InPlaceUpdating => timed_out(machine, effective, now).ok(),
+        MachinePhase::InPlaceUpdateFailed => {
+            let deadline = health::health_deadline(machine, effective)?;
+            (now >= deadline).then(|| health::health_timed_out(machine, effective, now))
+        }
+        MachinePhase::InPlaceUpdateSuccessful => {
+            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+            let name = machine.metadata.name.as_deref().unwrap_or_default();
+            health::is_healthy(conditions, &effective.node_conditions).then(|| health::rejoined(name, now))
+        }
+        _ => None,
+    }
 }
 
 /// An `InPlaceUpdating` machine past its in-place update timeout (from `currentStatus.lastUpdateTime`):
@@ -391,6 +413,60 @@ mod tests {
             patch.last_operation.unwrap().description.as_deref(),
             Some("Machine m1 failed to in-place update in 5m0s minutes.")
         );
+    }
+
+    #[test]
+    fn phase_changes_without_a_health_check_table() {
+        use MachinePhase::*;
+        let now = t("00:30:00");
+        let mut effective = Effective::of(&in_phase(Running, "00:00:00"), &MachineConfig::default());
+        effective.in_place_update_timeout = Duration::from_secs(5 * 60);
+        effective.health_timeout = Duration::from_secs(10 * 60);
+        // (case, phase, since, Node labels, expected (phase, description start))
+        let cases = [
+            (
+                "the agent's result first",
+                InPlaceUpdating,
+                "00:00:00",
+                vec![OK],
+                Some((InPlaceUpdateSuccessful, "Machine m1 successfully updated")),
+            ),
+            (
+                "updating past the timeout",
+                InPlaceUpdating,
+                "00:20:00",
+                vec![CAND, SEL],
+                Some((InPlaceUpdateFailed, "Machine m1 failed to in-place update in 5m0s")),
+            ),
+            ("updating within it", InPlaceUpdating, "00:28:00", vec![CAND, SEL], None),
+            (
+                "failed past the health timeout",
+                InPlaceUpdateFailed,
+                "00:15:00",
+                vec![FAIL],
+                Some((Failed, "Machine m1 health checks failing since last 10m0s minutes.")),
+            ),
+            ("failed within it", InPlaceUpdateFailed, "00:25:00", vec![FAIL], None),
+            (
+                "updated, Node healthy",
+                InPlaceUpdateSuccessful,
+                "00:29:00",
+                vec![],
+                Some((Running, "Machine m1 successfully re-joined the cluster")),
+            ),
+            ("Running", Running, "00:00:00", vec![], None),
+        ];
+        for (name, phase, since, labels, expected) in cases {
+            let got = phase_change(&in_phase(phase, since), &node(&labels, None, None), &effective, now);
+            let got = got.map(|p| (p.new_phase().cloned().unwrap(), p.last_operation.unwrap().description.unwrap()));
+            match (got, expected) {
+                (Some((p, d)), Some((want, start))) => {
+                    assert_eq!(p, want, "{name}");
+                    assert!(d.starts_with(start), "{name}: {d}");
+                }
+                (got, expected) => assert_eq!(got.is_none(), expected.is_none(), "{name}: {got:?}"),
+            }
+        }
     }
 
     #[test]

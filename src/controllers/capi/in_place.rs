@@ -13,12 +13,11 @@ use kube::{Api, ResourceExt};
 use super::CapiContext;
 use crate::api::capi::Machine;
 use crate::api::infra::MCMMachine;
-use crate::api::mcm::{self, MachineOperationType, MachinePhase, MachineState};
+use crate::api::mcm;
 use crate::controllers::context::publish_to;
 use crate::controllers::error::Error;
 use crate::controllers::in_place::{InPlaceSink, NodeAccess, step};
 use crate::controllers::workload::Connection;
-use crate::lifecycle::health::{health_deadline, is_healthy};
 use crate::lifecycle::requeue::Next;
 use crate::lifecycle::status::{self, EventSpec, StatusPatch};
 use crate::lifecycle::{Effective, in_place};
@@ -49,7 +48,7 @@ pub(super) async fn pass(
     let hub = hub_view(m, infra);
     let effective = Effective::of(&hub, &ctx.config);
     let sink = InfraSink { ctx, machine: m, infra };
-    if let Some(patch) = phase_change(&hub, node, &effective, now) {
+    if let Some(patch) = in_place::phase_change(&hub, node, &effective, now) {
         sink.write(patch).await?;
         return Ok(Some(Action::requeue(Duration::ZERO)));
     }
@@ -62,50 +61,6 @@ pub(super) async fn pass(
         None if updating => Some(Action::requeue(POLL)),
         None => None,
     })
-}
-
-/// The phase changes the MCM flavour's health check makes for in-place phases: the node agent's result, the
-/// update timeout, a failed update's health timeout (Failed: the MachineSet replaces it), and the rejoin.
-fn phase_change(hub: &mcm::Machine, node: &Node, effective: &Effective, now: Timestamp) -> Option<StatusPatch> {
-    let name = hub.metadata.name.as_deref().unwrap_or_default();
-    if let Some(patch) = in_place::result(hub, node, now) {
-        return Some(patch);
-    }
-    match status::phase(hub)? {
-        MachinePhase::InPlaceUpdating => in_place::timed_out(hub, effective, now).ok(),
-        MachinePhase::InPlaceUpdateFailed => {
-            let deadline = health_deadline(hub, effective)?;
-            (now >= deadline).then(|| {
-                let description = format!(
-                    "Machine {name} health checks failing since last {} minutes. Updating machine phase to Failed.",
-                    crate::lifecycle::clock::go(effective.health_timeout)
-                );
-                let op = status::operation(
-                    MachineOperationType::InPlaceUpdate,
-                    MachineState::Failed,
-                    description,
-                    None,
-                    now,
-                );
-                StatusPatch::phase(MachinePhase::Failed, op, now)
-            })
-        }
-        MachinePhase::InPlaceUpdateSuccessful => {
-            let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
-            is_healthy(conditions, &effective.node_conditions).then(|| {
-                let description = format!("Machine {name} successfully re-joined the cluster");
-                let op = status::operation(
-                    MachineOperationType::HealthCheck,
-                    MachineState::Successful,
-                    description,
-                    None,
-                    now,
-                );
-                StatusPatch::phase(MachinePhase::Running, op, now)
-            })
-        }
-        _ => None,
-    }
 }
 
 /// MCM's fields of the MCMMachine's status; events on the Machine.
