@@ -148,6 +148,33 @@ impl Effective {
     }
 }
 
+/// How a machine's Node is drained: forced (the forced-drain timeout, one eviction attempt), or within `left` of
+/// its drain timeout with as many eviction retries as fit in that time (at most the machine's).
+pub fn drain_options(
+    node: String,
+    force: bool,
+    left: Duration,
+    effective: &Effective,
+    config: &MachineConfig,
+) -> crate::drain::DrainOptions {
+    let (timeout, max_evict_retries) = if force {
+        (config.forced_drain_timeout, 1)
+    } else {
+        let interval = config.evict_retry_interval.as_secs().max(1);
+        let by_time = u32::try_from(left.as_secs() / interval).unwrap_or(u32::MAX);
+        (left, effective.max_evict_retries.min(by_time))
+    };
+    crate::drain::DrainOptions {
+        node,
+        timeout,
+        max_evict_retries,
+        evict_retry_interval: config.evict_retry_interval,
+        volume_detach_timeout: config.pv_detach_timeout,
+        volume_reattach_timeout: config.pv_reattach_timeout,
+        force,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

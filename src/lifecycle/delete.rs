@@ -271,24 +271,8 @@ pub fn drain_plan(
             text::INITIATE_VM_DELETION
         )));
     };
-    let (timeout, max_evict_retries) = match force {
-        Some(_) => (config.forced_drain_timeout, 1),
-        None => {
-            let left = drain_deadline(machine, effective).map_or(effective.drain_timeout, |d| clock::until(now, d));
-            let interval = config.evict_retry_interval.as_secs().max(1);
-            let by_time = u32::try_from(left.as_secs() / interval).unwrap_or(u32::MAX);
-            (left, effective.max_evict_retries.min(by_time))
-        }
-    };
-    DrainPlan::Drain(DrainOptions {
-        node: node.to_string(),
-        timeout,
-        max_evict_retries,
-        evict_retry_interval: config.evict_retry_interval,
-        volume_detach_timeout: config.pv_detach_timeout,
-        volume_reattach_timeout: config.pv_reattach_timeout,
-        force: force.is_some(),
-    })
+    let left = drain_deadline(machine, effective).map_or(effective.drain_timeout, |d| clock::until(now, d));
+    DrainPlan::Drain(super::config::drain_options(node.to_string(), force.is_some(), left, effective, config))
 }
 
 /// The drain step's outcome: `Err` carries the failure's text (cordon, node condition or drain).

@@ -144,22 +144,8 @@ pub fn drain_options(
     let conditions = node.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
     let unhealthy = should_force(None, None, effective.drain_timeout, conditions, now).is_some();
     let force = labelled || unhealthy || clock::between(selected_since, now) > effective.drain_timeout;
-    let (timeout, max_evict_retries) = if force {
-        (config.forced_drain_timeout, 1)
-    } else {
-        let interval = config.evict_retry_interval.as_secs().max(1);
-        let by_time = u32::try_from(effective.drain_timeout.as_secs() / interval).unwrap_or(u32::MAX);
-        (effective.drain_timeout, effective.max_evict_retries.min(by_time))
-    };
-    DrainOptions {
-        node: node.metadata.name.clone().unwrap_or_default(),
-        timeout,
-        max_evict_retries,
-        evict_retry_interval: config.evict_retry_interval,
-        volume_detach_timeout: config.pv_detach_timeout,
-        volume_reattach_timeout: config.pv_reattach_timeout,
-        force,
-    }
+    let node = node.metadata.name.clone().unwrap_or_default();
+    super::config::drain_options(node, force, effective.drain_timeout, effective, config)
 }
 
 /// After a successful drain: the machine enters `InPlaceUpdating`, and the Node's condition says so.
