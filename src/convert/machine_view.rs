@@ -2,7 +2,7 @@
 //! hub Machine made from a set's template becomes.
 //!
 //! This is the part of the Machine conversion the set logic needs: metadata, the template-derived spec, the phase
-//! (`docs/infrastructure-provider.md`: Provisioned ≈ Available, Deleting ≈ Terminating) and the deletion priority. MCM-only
+//! (`docs/infrastructure-provider.md`: Provisioned ≈ Pending, Deleting ≈ Terminating) and the deletion priority. MCM-only
 //! states (Failed, CrashLoopBackOff) come from the MCMMachine's `status.currentStatus`, where the infrastructure
 //! provider records them.
 
@@ -57,7 +57,9 @@ pub fn capi_phase_in_place(p: &MachinePhase) -> Option<&'static str> {
 /// MCM's phase for a CAPI phase. `None` is MCM's "being created".
 pub fn hub_phase(capi_phase: Option<&str>) -> Option<MachinePhase> {
     match capi_phase? {
-        phase::PROVISIONED => Some(MachinePhase::Available),
+        // A VM whose Node has not joined: MCM's Pending. (MCM's Available is a machine with no target cluster to
+        // watch, which counts as serving; a Provisioned Machine does not serve, and core does not count it.)
+        phase::PROVISIONED => Some(MachinePhase::Pending),
         phase::RUNNING => Some(MachinePhase::Running),
         phase::DELETING | "Deleted" => Some(MachinePhase::Terminating),
         phase::FAILED => Some(MachinePhase::Failed),
@@ -169,7 +171,7 @@ mod tests {
             (None, None),
             (Some("Pending"), None),
             (Some("Provisioning"), None),
-            (Some("Provisioned"), Some(MachinePhase::Available)),
+            (Some("Provisioned"), Some(MachinePhase::Pending)),
             (Some("Running"), Some(MachinePhase::Running)),
             (Some("Deleting"), Some(MachinePhase::Terminating)),
             (Some("Failed"), Some(MachinePhase::Failed)),

@@ -53,6 +53,30 @@ pub fn deletion_order_patch(
     (wanted != has).then(|| serde_json::json!({"spec": {"deletion": {"order": wanted}}}))
 }
 
+/// A MachineSet's v1beta2 replica counters, as core counts them: its Machines whose `Ready`, `Available` and
+/// `UpToDate` conditions are True. A Machine being deleted counts for none (core's `Deleting` makes it not Ready,
+/// so not Available). `Available` is Ready for the Machine's `minReadySeconds`, so a Machine with no Node yet
+/// (phase `Provisioned`) is not available, and a rolling update does not take an old Machine away for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReplicaCounts {
+    /// `status.readyReplicas`.
+    pub ready: i32,
+    /// `status.availableReplicas`.
+    pub available: i32,
+    /// `status.upToDateReplicas`.
+    pub up_to_date: i32,
+}
+
+/// Counts [`ReplicaCounts`] over a set's Machines.
+pub fn replica_counts(machines: &[Machine]) -> ReplicaCounts {
+    let live: Vec<&Machine> = machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none()).collect();
+    let count = |type_: &str| {
+        let n = live.iter().filter(|m| status_of(m, type_) == Some("True")).count();
+        i32::try_from(n).unwrap_or(i32::MAX)
+    };
+    ReplicaCounts { ready: count("Ready"), available: count("Available"), up_to_date: count("UpToDate") }
+}
+
 /// The conditions of a MachineSet, with transition times kept from `old`.
 pub fn machine_set_conditions(obs: &ReplicaObservation<'_>, old: &[Condition]) -> Vec<Condition> {
     shared(obs, old)
@@ -242,6 +266,48 @@ mod tests {
 
     const OLD: &str = "2026-01-01T00:00:00Z";
     const NEW: &str = "2026-01-01T00:00:58Z";
+
+    #[test]
+    fn replica_counts_table() {
+        let mut deleting = machine("gone", OLD, &[("Ready", "True"), ("Available", "True"), ("UpToDate", "True")]);
+        deleting.metadata.deletion_timestamp = Some(Time(now()));
+        // (case, machines, ready, available, up to date)
+        let cases: Vec<(&str, Vec<Machine>, i32, i32, i32)> = vec![
+            ("no machines", vec![], 0, 0, 0),
+            (
+                "serving",
+                vec![machine("a", OLD, &[("Ready", "True"), ("Available", "True"), ("UpToDate", "True")])],
+                1,
+                1,
+                1,
+            ),
+            (
+                "provisioned, no Node yet: nothing",
+                vec![machine("p", NEW, &[("Ready", "False"), ("UpToDate", "True")])],
+                0,
+                0,
+                1,
+            ),
+            (
+                "ready, waiting for minReadySeconds: not available",
+                vec![machine("w", NEW, &[("Ready", "True"), ("Available", "False")])],
+                1,
+                0,
+                0,
+            ),
+            (
+                "unknown is not true",
+                vec![machine("u", OLD, &[("Ready", "Unknown"), ("Available", "Unknown")])],
+                0,
+                0,
+                0,
+            ),
+            ("being deleted: counts for none", vec![deleting], 0, 0, 0),
+        ];
+        for (case, machines, ready, available, up_to_date) in cases {
+            assert_eq!(replica_counts(&machines), ReplicaCounts { ready, available, up_to_date }, "{case}");
+        }
+    }
 
     #[test]
     fn scaling_and_aggregates_table() {

@@ -45,7 +45,7 @@ use crate::convert::{
 use crate::lifecycle::MachineConfig;
 use crate::lifecycle::capi_machine::merge_conditions;
 use crate::lifecycle::capi_replicas::{
-    Availability, ReplicaObservation, machine_deployment_conditions, machine_set_conditions,
+    Availability, ReplicaObservation, machine_deployment_conditions, machine_set_conditions, replica_counts,
 };
 use crate::lifecycle::machine_deployment::plan::DeploymentOptions;
 use crate::lifecycle::machine_deployment::rollout::max_unavailable;
@@ -322,10 +322,11 @@ impl Flavour for CapiContext {
         let hub_status = machine_set_status(hub, &views, failure, now);
         let old = set.status.clone().unwrap_or_default();
         let mut new = set_status(&old, set, &hub_status);
-        // CAPI counts the machines whose `UpToDate` (set by the Machine controller from the owners) is True.
-        let up_to_date =
-            machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none() && is_up_to_date(m)).count();
-        new.up_to_date_replicas = Some(i32::try_from(up_to_date).unwrap_or(i32::MAX));
+        // Core counts Machines by their conditions, not MCM's phases: a Machine without its Node is not available.
+        let counts = replica_counts(machines);
+        new.ready_replicas = Some(counts.ready);
+        new.available_replicas = Some(counts.available);
+        new.up_to_date_replicas = Some(counts.up_to_date);
         let deleting = set.metadata.deletion_timestamp.is_some();
         let observation = ReplicaObservation {
             desired: if deleting { 0 } else { set.spec.replicas.unwrap_or(1) },
@@ -384,11 +385,6 @@ where
 /// `key=value,...` of a selector's labels (`status.selector`, for the scale subresource).
 pub(super) fn selector_string(s: &LabelSelector) -> String {
     s.match_labels.iter().flatten().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
-}
-
-fn is_up_to_date(m: &Machine) -> bool {
-    let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "UpToDate" && c.status == "True"))
 }
 
 /// The CAPI set status from the hub's: counts and MCM's conditions converted, CAPI's own conditions kept.

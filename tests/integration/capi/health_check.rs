@@ -22,10 +22,19 @@ fn running(m: &Machine) -> bool {
         && condition(m, "Ready").is_some_and(|(s, _)| s == "True")
 }
 
-/// Marks machine `name` with a failing `DiskHealthy` condition (a condition nothing of ours writes), as a tool
-/// would: the list written whole, guarded by the version read, read again after a conflict.
-async fn fail_disk(machines: &Api<Machine>, name: &str) {
-    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+/// Seconds a failing `DiskHealthy` condition is tolerated. Long enough that two machines marked one after the other
+/// (with the same transition time) are seen unhealthy together: with 1 s, the first one's time (truncated to the
+/// second) could run out before the second was marked, and the check rightly remediated it alone.
+const DISK_TIMEOUT_SECONDS: u64 = 5;
+
+/// Now, as a condition's `lastTransitionTime`.
+fn transition_time() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// Marks machine `name` with a failing `DiskHealthy` condition (a condition nothing of ours writes) since `now`, as
+/// a tool would: the list written whole, guarded by the version read, read again after a conflict.
+async fn fail_disk(machines: &Api<Machine>, name: &str, now: &str) {
     for _ in 0..20 {
         let m = machines.get(name).await.unwrap();
         let version = m.resource_version();
@@ -72,7 +81,9 @@ async fn an_unhealthy_machine_is_replaced_unless_too_many_are() {
             "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": "workers"}},
             "checks": {
                 "nodeStartupTimeoutSeconds": 600,
-                "unhealthyMachineConditions": [{"type": "DiskHealthy", "status": "False", "timeoutSeconds": 1}],
+                "unhealthyMachineConditions": [
+                    {"type": "DiskHealthy", "status": "False", "timeoutSeconds": DISK_TIMEOUT_SECONDS},
+                ],
             },
             "remediation": {"triggerIf": {"unhealthyLessThanOrEqualTo": 1}},
         },
@@ -87,7 +98,7 @@ async fn an_unhealthy_machine_is_replaced_unless_too_many_are() {
 
     // One unhealthy machine: marked, then deleted and replaced by its MachineSet.
     let victim = first[0].name_any();
-    fail_disk(&machines, &victim).await;
+    fail_disk(&machines, &victim, &transition_time()).await;
     let replaced = wait_until("the unhealthy machine replaced, 3 Running", WAIT, || async {
         let all = list().await;
         let names: BTreeSet<String> = all.iter().map(|m| m.name_any()).collect();
@@ -107,8 +118,9 @@ async fn an_unhealthy_machine_is_replaced_unless_too_many_are() {
 
     // Two unhealthy machines while one is allowed: both marked, none remediated.
     let (a, b) = (replaced[0].name_any(), replaced[1].name_any());
-    fail_disk(&machines, &a).await;
-    fail_disk(&machines, &b).await;
+    let since = transition_time();
+    fail_disk(&machines, &a, &since).await;
+    fail_disk(&machines, &b, &since).await;
     wait_until("remediation restricted, both machines marked", WAIT, || async {
         let mhc = checks.get("workers").await.ok()?;
         let restricted = mhc

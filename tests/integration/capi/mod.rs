@@ -68,6 +68,9 @@ impl Capi {
     }
 }
 
+/// How long after its VM is provisioned a stand-in Node registers (a boot, shortened).
+const NODE_JOIN_DELAY: Duration = Duration::from_millis(500);
+
 /// Plays the infrastructure provider and the kubelet.
 pub struct Provider(JoinHandle<()>);
 
@@ -93,14 +96,20 @@ impl Provider {
                     "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": now}],
                 }});
                 let _ = infra.patch_status(&name, &pp, &Patch::Merge(status)).await;
-                let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": format!("node-{name}")},
-                    "spec": {"providerID": provider_id},
-                }))
-                .unwrap();
-                let _ = nodes.create(&PostParams::default(), &node).await;
-                let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
-                let _ = nodes.patch_status(&format!("node-{name}"), &pp, &Patch::Merge(ready)).await;
+                // The VM boots before its Node registers: meanwhile the Machine is `Provisioned`, which must not
+                // count as available (a rolling update would take an old machine away for it).
+                let nodes = nodes.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(NODE_JOIN_DELAY).await;
+                    let node: Node = serde_json::from_value(json!({
+                        "metadata": {"name": format!("node-{name}")},
+                        "spec": {"providerID": provider_id},
+                    }))
+                    .unwrap();
+                    let _ = nodes.create(&PostParams::default(), &node).await;
+                    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastTransitionTime": now, "lastHeartbeatTime": now}]}});
+                    let _ = nodes.patch_status(&format!("node-{name}"), &pp, &Patch::Merge(ready)).await;
+                });
             }
         }))
     }
