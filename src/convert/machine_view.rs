@@ -2,7 +2,7 @@
 //! hub Machine made from a set's template becomes.
 //!
 //! This is the part of the Machine conversion the set logic needs: metadata, the template-derived spec, the phase
-//! (`docs/infrastructure-provider.md`: Provisioned ≈ Pending, Deleting ≈ Terminating) and the deletion priority. MCM-only
+//! (`docs/capi-mode.md`: Provisioned ≈ Pending, Deleting ≈ Terminating) and the deletion priority. MCM-only
 //! states (Failed, CrashLoopBackOff) come from the MCMMachine's `status.currentStatus`, where the infrastructure
 //! provider records them.
 
