@@ -197,17 +197,8 @@ impl Counters {
     }
 
     fn add_machine(&mut self, m: &capi::Machine) {
-        let is_true = |type_: &str| {
-            let conditions = m.status.as_ref().and_then(|s| s.conditions.as_ref());
-            i32::from(conditions.is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True")))
-        };
-        self.add_counts([
-            Some(1),
-            Some(1),
-            Some(is_true("Ready")),
-            Some(is_true("Available")),
-            Some(is_true("UpToDate")),
-        ]);
+        let count = |type_: &str| Some(i32::from(super::capi_replicas::is_true(m, type_)));
+        self.add_counts([Some(1), Some(1), count("Ready"), count("Available"), count("UpToDate")]);
     }
 
     fn to_json(self) -> serde_json::Value {

@@ -71,7 +71,7 @@ pub struct ReplicaCounts {
 pub fn replica_counts(machines: &[Machine]) -> ReplicaCounts {
     let live: Vec<&Machine> = machines.iter().filter(|m| m.metadata.deletion_timestamp.is_none()).collect();
     let count = |type_: &str| {
-        let n = live.iter().filter(|m| status_of(m, type_) == Some("True")).count();
+        let n = live.iter().filter(|m| is_true(m, type_)).count();
         i32::try_from(n).unwrap_or(i32::MAX)
     };
     ReplicaCounts { ready: count("Ready"), available: count("Available"), up_to_date: count("UpToDate") }
@@ -177,6 +177,11 @@ fn remediating(old: &[Condition], machines: &[Machine], now: Timestamp) -> Condi
 fn status_of<'a>(m: &'a Machine, type_: &str) -> Option<&'a str> {
     let conditions = m.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+/// Whether condition `type_` of a Machine is True: what core's replica counters count.
+pub fn is_true(m: &Machine, type_: &str) -> bool {
+    status_of(m, type_) == Some("True")
 }
 
 fn age(m: &Machine, now: Timestamp) -> Duration {
