@@ -12,7 +12,7 @@ use base64::Engine;
 use mcm::dev::ExternalCluster;
 use tokio::process::{Child, Command};
 
-use crate::support::{Kubectl, TempDir};
+use crate::support::{Kubectl, TempDir, free_port};
 
 /// Whether this run uses the real kube-apiserver.
 pub fn enabled() -> bool {
@@ -270,10 +270,6 @@ impl Drop for KubeCluster {
 
 /// A free port on loopback (bound then released: another process may take it in between, which a retry of the
 /// test would survive; the processes here all need a port number up front).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Spawns `program` with its output in `dir/<name>.log`.
 fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> (String, Child) {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();

@@ -64,6 +64,50 @@ impl KubeconfigSource for ControlPlane {
     }
 }
 
+/// A port on 127.0.0.1 for a program a test starts with an explicit port (etcd, kube-apiserver, core's manager,
+/// our webhook server, moto). Asking the kernel for a port (bind to port 0, then close) and naming it later
+/// races: until the program binds it, the kernel may hand the same port to anything else binding port 0 — in
+/// one CI run core's plain-HTTP diagnostics server got the port chosen for our webhook, and the API server's
+/// TLS handshake with "our webhook" failed. So ports come from below the kernel's ephemeral range, where
+/// nothing gets a port without naming it, and each is handed out once per test process.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = reserved_port_range();
+    // Apart from the start, so that two test processes at once seldom walk the same ports.
+    let start = std::process::id() % (high - low) / 2;
+    for _ in 0..(high - low) {
+        let offset = (start + NEXT.fetch_add(1, Ordering::Relaxed)) % (high - low);
+        let Ok(port) = u16::try_from(low + offset) else { continue };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port left in {low}..{high}");
+}
+
+/// The ports [`free_port`] hands out: from 10000 up to the start of the kernel's ephemeral range.
+fn reserved_port_range() -> (u32, u32) {
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    assert!(ephemeral_start > 12000, "the ephemeral port range starts at {ephemeral_start}: too low for free_port");
+    (10000, ephemeral_start)
+}
+
+#[test]
+fn free_ports_are_unique_and_outside_the_kernels_ephemeral_range() {
+    let (low, high) = reserved_port_range();
+    let ports: Vec<u16> = (0..200).map(|_| free_port()).collect();
+    let unique: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+    assert_eq!(unique.len(), ports.len(), "a port handed out twice: {ports:?}");
+    assert!(ports.iter().all(|&p| (low..high).contains(&u32::from(p))), "{ports:?}");
+    // The kernel's own choice for port 0 lies outside, so it can never take one of ours.
+    let kernels = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    assert!(!(low..high).contains(&u32::from(kernels)), "the kernel gave {kernels}");
+}
+
 /// Polls `check` until it returns `Some`, failing the test after `timeout`.
 pub async fn wait_until<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

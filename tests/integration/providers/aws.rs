@@ -64,10 +64,7 @@ impl Moto {
     pub(super) async fn start_with(env: &[(&str, &str)]) -> Moto {
         let binary = moto_binary();
         for _ in 0..3 {
-            let port = {
-                let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-                probe.local_addr().unwrap().port()
-            };
+            let port = crate::support::free_port();
             let log = std::env::temp_dir().join(format!("mcm-moto-{port}-{}.log", uuid::Uuid::new_v4()));
             let child = Command::new(&binary)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])

@@ -56,7 +56,7 @@ async fn start_upstream(
             format!("--port={port}"),
         ]
     };
-    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = crate::support::free_port;
     let mut manager = vec!["controller-manager".to_string()];
     manager.extend(common(port()));
     let mut machine = vec!["machine-controller".to_string(), format!("--driver-endpoint={driver}")];

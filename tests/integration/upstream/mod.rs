@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use tokio::process::{Child, Command};
 
 use crate::run::McmRun;
-use crate::support::{Kubectl, TempDir};
+use crate::support::{Kubectl, TempDir, free_port};
 
 /// Long enough for anything these tests wait for on a loaded 2-core machine.
 pub const WAIT: Duration = Duration::from_secs(120);
@@ -457,10 +457,6 @@ impl Cloud {
 }
 
 /// A free loopback port (bound and released; the process about to use it binds it next).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Waits until something listens on 127.0.0.1:`port`.
 async fn wait_for_port(port: u16) {
     crate::support::wait_until(&format!("a listener on port {port}"), WAIT, || async {
