@@ -67,8 +67,8 @@ impl KubeconfigSource for ControlPlane {
 /// A port on 127.0.0.1 for a program a test starts with an explicit port (etcd, kube-apiserver, core's manager,
 /// our webhook server, moto). Asking the kernel for a port (bind to port 0, then close) and naming it later
 /// races: until the program binds it, the kernel may hand the same port to anything else binding port 0 — in
-/// one CI run core's plain-HTTP diagnostics server got the port chosen for our webhook, and the API server's
-/// TLS handshake with "our webhook" failed. So ports come from below the kernel's ephemeral range, where
+/// one CI run a plain-HTTP server answered on the port chosen for our webhook, and the API server's TLS
+/// handshake with "our webhook" failed. So ports come from below the kernel's ephemeral range, where
 /// nothing gets a port without naming it, and each is handed out once per test process.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
