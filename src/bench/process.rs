@@ -217,11 +217,23 @@ pub(super) fn setup(path: &Path, e: std::io::Error) -> BenchError {
     BenchError::Setup(format!("{}: {e}", path.display()))
 }
 
+/// A port for a program started with an explicit port. The kernel may hand out a closed port-0 socket's port
+/// again (in a test, 200 such calls gave 194 distinct ports), so a port is never handed out twice per run:
+/// otherwise MCM's two controllers could be given the same metrics port and one would not start.
 fn free_port() -> Result<u16, BenchError> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .map_err(|e| BenchError::Setup(format!("no free port on 127.0.0.1: {e}")))
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..100 {
+        let port = std::net::TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|listener| listener.local_addr())
+            .map(|addr| addr.port())
+            .map_err(|e| BenchError::Setup(format!("no free port on 127.0.0.1: {e}")))?;
+        if handed_out.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(BenchError::Setup("no port on 127.0.0.1 that was not handed out already".into()))
 }
 
 /// Waits until newly started controllers have listed and are watching: no request for `QUIET` in a row, after
@@ -264,5 +276,12 @@ mod tests {
         assert_eq!(status_kib(status, "VmSwap:"), None);
         let me = ProcessMemory::of("bench", "self");
         assert!(me.peak_bytes.unwrap() >= me.current_bytes.unwrap(), "{me:?}");
+    }
+
+    #[test]
+    fn no_port_is_handed_out_twice() {
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        let unique: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(unique.len(), ports.len());
     }
 }
