@@ -268,8 +268,6 @@ impl Drop for KubeCluster {
     }
 }
 
-/// A free port on loopback (bound then released: another process may take it in between, which a retry of the
-/// test would survive; the processes here all need a port number up front).
 /// Spawns `program` with its output in `dir/<name>.log`.
 fn spawn(dir: &Path, name: &str, program: &Path, args: &[String]) -> (String, Child) {
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();

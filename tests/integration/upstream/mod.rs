@@ -456,7 +456,6 @@ impl Cloud {
     }
 }
 
-/// A free loopback port (bound and released; the process about to use it binds it next).
 /// Waits until something listens on 127.0.0.1:`port`.
 async fn wait_for_port(port: u16) {
     crate::support::wait_until(&format!("a listener on port {port}"), WAIT, || async {
